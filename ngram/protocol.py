@@ -1,0 +1,36 @@
+"""The drafter protocol shared by every draftless drafter (after llama.cpp's ``common_speculative_impl``).
+
+Every method is required; a drafter that has nothing to do in one of them writes the no-op out.
+Token sequences are plain ``list[int]``; ``slot`` is the integer slot (sequence) id.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+
+class Drafter(Protocol):
+    """A draft proposer. The chain calls it; it never decodes, samples or counts anything itself."""
+
+    name: str  # implementation label, e.g. "ngram_mod" (used in stats and metric labels)
+
+    def begin(self, slot: int, prompt: Sequence[int]) -> None:
+        """A slot finished processing ``prompt`` (all tokens now in the KV cache) and starts generating."""
+        ...
+
+    def draft(self, slot: int, history: Sequence[int], last_token: int, n_max: int) -> list[int]:
+        """Propose up to ``n_max`` tokens that follow ``history + [last_token]``.
+
+        ``history`` is everything in the slot's KV cache (prompt and accepted output); ``last_token``
+        is the token just sampled and not yet decoded. Return ``[]`` for no draft; fewer than
+        ``n_max`` tokens is fine.
+        """
+        ...
+
+    def accept(self, slot: int, n_accepted: int, is_other: bool) -> None:
+        """Verification of the slot's last draft accepted ``n_accepted`` tokens.
+
+        ``is_other`` is True when another drafter produced that draft (this one was not asked or
+        had nothing); drafters that adapt only to their own drafts return early then.
+        """
+        ...

@@ -1,0 +1,3 @@
+from slotserver.cli import main
+
+main()

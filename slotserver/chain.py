@@ -1,0 +1,90 @@
+"""The draft chain: asks drafters in precedence order, keeps the winner per slot, counts everything.
+
+After llama.cpp ``common_speculative_draft`` / ``common_speculative_accept``: the first drafter that
+returns a non-empty draft for a slot wins that step; after verification the winner hears
+``accept(n, is_other=False)`` and every other drafter ``accept(n, is_other=True)``. Drafters only
+draft; all counting and timing happens here, into ``DrafterStats``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+from ngram.protocol import Drafter
+from slotserver.stats import DrafterStats
+
+# Precedence of the known drafter types, first wins (llama.cpp's order).
+PRECEDENCE = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache", "draft")
+
+
+@dataclass(slots=True)
+class DraftLimits:
+    """Per-request bounds on a draft (``speculative.*`` request fields)."""
+
+    n_max: int = 64  # longest draft handed to verification
+    n_min: int = 0  # a shorter draft is dropped
+    p_min: float = 0.0  # draft-model confidence cut-off (unused by n-gram drafters)
+    types: frozenset[str] | None = None  # allowed drafter types; None = all configured
+
+
+class DraftChain:
+    def __init__(self, drafters: Sequence[tuple[str, Drafter]]) -> None:
+        order = {t: i for i, t in enumerate(PRECEDENCE)}
+        self.drafters = sorted(drafters, key=lambda td: order[td[0]])  # (type, drafter)
+        self.stats = {d.name: DrafterStats() for _, d in self.drafters}
+        self._last: dict[int, Drafter | None] = {}
+
+    @property
+    def types(self) -> list[str]:
+        return [t for t, _ in self.drafters]
+
+    def begin(self, slot: int, prompt: Sequence[int]) -> None:
+        self._last[slot] = None
+        for _, d in self.drafters:
+            st = self.stats[d.name]
+            t0 = time.perf_counter()
+            d.begin(slot, prompt)
+            st.t_begin_s.observe(time.perf_counter() - t0)
+            st.n_call_begin += 1
+
+    def draft(self, slot: int, history: Sequence[int], last_token: int, limits: DraftLimits) -> list[int]:
+        self._last[slot] = None
+        if limits.n_max <= 0:
+            return []
+        for dtype, d in self.drafters:
+            if limits.types is not None and dtype not in limits.types:
+                continue
+            st = self.stats[d.name]
+            t0 = time.perf_counter()
+            tokens = d.draft(slot, history, last_token, limits.n_max)
+            st.t_draft_s.observe(time.perf_counter() - t0)
+            st.n_call_draft += 1
+            if len(tokens) > limits.n_max:
+                tokens = tokens[: limits.n_max]
+            if not tokens or len(tokens) < limits.n_min:
+                continue
+            self._last[slot] = d
+            st.n_gen_drafts += 1
+            st.n_gen_tokens += len(tokens)
+            return tokens
+        return []
+
+    def accept(self, slot: int, n_accepted: int) -> None:
+        """Report how many tokens of the slot's last draft were accepted (only after a draft)."""
+        winner = self._last.pop(slot, None)
+        if winner is None:
+            assert n_accepted == 0
+            return
+        st = self.stats[winner.name]
+        t0 = time.perf_counter()
+        winner.accept(slot, n_accepted, False)
+        for _, d in self.drafters:
+            if d is not winner:
+                d.accept(slot, n_accepted, True)
+        st.t_accept_s.observe(time.perf_counter() - t0)
+        st.add_accepted(n_accepted)
+
+    def stats_lines(self) -> list[str]:
+        return [st.line(name) for name, st in self.stats.items()]

@@ -1,0 +1,86 @@
+"""Command line: llama-server's flag names for what slotserver supports."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from aiohttp import web
+
+from ngram.mod import NgramModConfig
+from slotserver.config import DRAFTER_TYPES, ServerConfig, SpecConfig
+from slotserver.engine import EngineConfig
+
+
+def parse_spec_types(values: list[str] | None) -> tuple[str, ...]:
+    if not values:
+        return ("ngram-mod",)
+    names = [n.strip() for v in values for n in v.split(",") if n.strip()]
+    for n in names:
+        if n != "none" and n not in DRAFTER_TYPES:
+            raise SystemExit(f"error: unknown speculative type: {n} (known: none, {', '.join(DRAFTER_TYPES)})")
+    return tuple(dict.fromkeys(n for n in names if n != "none"))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="slotserver",
+        description="Multi-slot LLM server over llama.cpp with draftless speculative decoding.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    g = p.add_argument_group("model and context")
+    g.add_argument("-m", "--model", default=None, help="GGUF model file (default: the embedded Gemma 3 270M)")
+    g.add_argument("-c", "--ctx-size", type=int, default=8192, help="context size shared by all slots (0 = model's)")
+    g.add_argument("-np", "--parallel", type=int, default=4, help="number of slots (concurrent requests)")
+    g.add_argument("-t", "--threads", type=int, default=0, help="CPU threads (0 = all cores)")
+    g.add_argument("-b", "--batch-size", type=int, default=2048, help="logical batch: tokens per decode step")
+    g.add_argument("-ub", "--ubatch-size", type=int, default=512, help="physical batch size")
+    g = p.add_argument_group("requests")
+    g.add_argument("-n", "--n-predict", type=int, default=-1, help="default tokens to predict (-1 = until stop)")
+    g.add_argument("--seed", type=int, default=-1, help="default sampling seed (-1 = random)")
+    g.add_argument("--no-cache-prompt", action="store_true", help="never reuse a slot's cached prompt prefix")
+    g.add_argument("--no-slots", action="store_true", help="disable GET /slots")
+    g = p.add_argument_group("speculative decoding")
+    g.add_argument("--spec-type", action="append", metavar="LIST",
+                   help="comma list of drafters, or 'none' to switch speculation off (default: ngram-mod)")
+    g.add_argument("--spec-ngram-mod-n-match", type=int, default=24, help="ngram-mod: tokens hashed per lookup")
+    g.add_argument("--spec-ngram-mod-n-min", type=int, default=48, help="ngram-mod: shortest draft")
+    g.add_argument("--spec-ngram-mod-n-max", type=int, default=64, help="ngram-mod: longest draft")
+    g = p.add_argument_group("server")
+    g.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    g.add_argument("--port", type=int, default=8080, help="port to listen on")
+    g.add_argument("--alias", default="", help="model name reported by the API")
+    g.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> ServerConfig:
+    from slotserver.models import default_model_path
+
+    engine = EngineConfig(
+        model_path=args.model or default_model_path(),
+        n_ctx=args.ctx_size, n_parallel=args.parallel, n_batch=args.batch_size,
+        n_ubatch=args.ubatch_size, n_threads=args.threads,
+    )
+    spec = SpecConfig(
+        types=parse_spec_types(args.spec_type),
+        ngram_mod=NgramModConfig(args.spec_ngram_mod_n_match, args.spec_ngram_mod_n_min, args.spec_ngram_mod_n_max),
+    )
+    return ServerConfig(
+        engine=engine, spec=spec, host=args.host, port=args.port, alias=args.alias,
+        n_predict=args.n_predict, seed=args.seed, cache_prompt=not args.no_cache_prompt,
+        slots_endpoint=not args.no_slots,
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = config_from_args(args)
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    from slotserver.app import create_app
+
+    web.run_app(create_app(config), host=config.host, port=config.port, handler_cancellation=True,
+                print=lambda msg: logging.getLogger("slotserver").info(msg))

@@ -1,0 +1,141 @@
+"""The engine: one llama.cpp model and context, one batch, one ``llama_decode`` per step.
+
+Only the engine thread calls into this class. It computes; the scheduler decides what to compute.
+Each slot is a sequence id in one context with a unified KV cache; the SWA cache is kept full size
+so that rejected draft positions and old prefixes can be removed and reused exactly.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+from dataclasses import dataclass
+
+import llama_cpp as lc
+import numpy as np
+
+from slotserver.scheduler import BatchPlan
+from slotserver.vocab_ops import Vocab
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    model_path: str
+    n_ctx: int = 0  # 0: the model's training context
+    n_parallel: int = 4
+    n_batch: int = 2048
+    n_ubatch: int = 512
+    n_threads: int = 0  # 0: all cores
+
+    def __post_init__(self) -> None:
+        if self.n_parallel < 1:
+            raise ValueError("-np must be at least 1")
+        if self.n_batch < self.n_parallel or self.n_ubatch < 1:
+            raise ValueError("-b must be >= -np and -ub >= 1")
+
+
+class DecodeError(RuntimeError):
+    def __init__(self, code: int) -> None:
+        super().__init__(f"llama_decode failed with code {code}")
+        self.code = code
+
+
+class Engine:
+    def __init__(self, config: EngineConfig) -> None:
+        import os
+
+        self.config = config
+        lc.llama_backend_init()
+        mparams = lc.llama_model_default_params()
+        mparams.n_gpu_layers = 0
+        self.model = lc.llama_model_load_from_file(config.model_path.encode(), mparams)
+        if not self.model:
+            raise RuntimeError(f"could not load model {config.model_path}")
+        self.vocab = Vocab(self.model)
+        self.n_ctx_train = lc.llama_model_n_ctx_train(self.model)
+        n_threads = config.n_threads or os.cpu_count() or 1
+        cparams = lc.llama_context_default_params()
+        cparams.n_ctx = config.n_ctx or self.n_ctx_train
+        cparams.n_batch = config.n_batch
+        cparams.n_ubatch = min(config.n_ubatch, config.n_batch)
+        cparams.n_seq_max = config.n_parallel
+        cparams.n_threads = n_threads
+        cparams.n_threads_batch = n_threads
+        cparams.kv_unified = True
+        cparams.swa_full = True
+        self.ctx = lc.llama_init_from_model(self.model, cparams)
+        if not self.ctx:
+            raise RuntimeError("could not create the llama context")
+        self.n_ctx = lc.llama_n_ctx(self.ctx)
+        self.memory = lc.llama_get_memory(self.ctx)
+        self.n_threads = n_threads
+        self._batch = lc.llama_batch_init(config.n_batch, 0, 1)
+        self._tokens = np.ctypeslib.as_array(self._batch.token, shape=(config.n_batch,))
+        self._pos = np.ctypeslib.as_array(self._batch.pos, shape=(config.n_batch,))
+        self._n_seq = np.ctypeslib.as_array(self._batch.n_seq_id, shape=(config.n_batch,))
+        self._logits = np.ctypeslib.as_array(self._batch.logits, shape=(config.n_batch,))
+        self._n_seq[:] = 1
+        self._seq_ptrs = [self._batch.seq_id[i] for i in range(config.n_batch)]
+        desc = ctypes.create_string_buffer(256)
+        lc.llama_model_desc(self.model, desc, 256)
+        self.description = desc.value.decode(errors="replace")
+
+    def close(self) -> None:
+        if self.ctx:
+            lc.llama_batch_free(self._batch)
+            lc.llama_free(self.ctx)
+            lc.llama_model_free(self.model)
+            self.ctx = self.model = None
+
+    def decode(self, plan: BatchPlan) -> list[list[int]]:
+        """Run one ``llama_decode`` over the plan; per entry, the batch rows holding its outputs."""
+        i = 0
+        rows: list[list[int]] = []
+        for e in plan.entries:
+            n = len(e.tokens)
+            self._tokens[i : i + n] = e.tokens
+            self._pos[i : i + n] = np.arange(e.pos0, e.pos0 + n, dtype=np.int32)
+            seq_ptrs = self._seq_ptrs
+            for k in range(i, i + n):
+                seq_ptrs[k][0] = e.slot_id
+            if e.is_decode:
+                self._logits[i : i + n] = 1
+                rows.append(list(range(i, i + n)))
+            else:
+                self._logits[i : i + n] = 0
+                if e.ends_prompt:
+                    self._logits[i + n - 1] = 1
+                rows.append([i + n - 1] if e.ends_prompt else [])
+            i += n
+        self._batch.n_tokens = i
+        code = lc.llama_decode(self.ctx, self._batch)
+        if code != 0:
+            raise DecodeError(code)
+        return rows
+
+    def sample(self, sampler, row: int) -> int:
+        """Sample (and accept into the sampler) the token at output ``row`` of the last decode."""
+        return lc.llama_sampler_sample(sampler, self.ctx, row)
+
+    def logits(self, row: int) -> np.ndarray:
+        ptr = lc.llama_get_logits_ith(self.ctx, row)
+        return np.ctypeslib.as_array(ptr, shape=(self.vocab.n_tokens,)).copy()
+
+    def top_logprobs(self, row: int, n: int, extra: int) -> list[tuple[int, float]]:
+        """The ``n`` most likely tokens at ``row`` plus token ``extra``, with log-softmax of the raw logits."""
+        logits = self.logits(row).astype(np.float64)
+        m = logits.max()
+        lse = m + np.log(np.exp(logits - m).sum())
+        top = np.argpartition(-logits, n)[:n]
+        top = top[np.argsort(-logits[top], kind="stable")]
+        ids = [int(t) for t in top]
+        if extra not in ids:
+            ids.append(extra)
+        return [(t, float(logits[t] - lse)) for t in ids]
+
+    def remove(self, slot_id: int, p0: int, p1: int = -1) -> None:
+        """Drop KV entries of ``slot_id`` at positions [p0, p1) (p1 = -1: to the end)."""
+        ok = lc.llama_memory_seq_rm(self.memory, slot_id, p0, p1)
+        assert ok, "partial KV removal failed"

@@ -1,0 +1,45 @@
+"""Domain errors raised below the HTTP layer; ``server.py`` translates them once into JSON errors."""
+
+from __future__ import annotations
+
+
+class ServerError(Exception):
+    """An error with an HTTP status and llama.cpp's error ``type``."""
+
+    status = 500
+    type = "server_error"
+
+    def to_json(self) -> dict:
+        return {"error": {"code": self.status, "message": str(self), "type": self.type}}
+
+
+class BadRequest(ServerError):
+    status = 400
+    type = "invalid_request_error"
+
+
+class PromptTooLong(BadRequest):
+    type = "exceed_context_size_error"
+
+    def __init__(self, n_prompt_tokens: int, n_ctx: int) -> None:
+        super().__init__(
+            f"the request exceeds the available context size ({n_prompt_tokens} prompt tokens, "
+            f"context of {n_ctx} tokens)"
+        )
+        self.n_prompt_tokens = n_prompt_tokens
+        self.n_ctx = n_ctx
+
+    def to_json(self) -> dict:
+        body = super().to_json()
+        body["error"].update(n_prompt_tokens=self.n_prompt_tokens, n_ctx=self.n_ctx)
+        return body
+
+
+class NotSupported(ServerError):
+    status = 501
+    type = "not_supported_error"
+
+
+class Unavailable(ServerError):
+    status = 503
+    type = "unavailable_error"

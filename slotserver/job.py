@@ -1,0 +1,80 @@
+"""One accepted completion request while it lives in the server: its tokens, text, timings and events.
+
+The engine loop mutates a job only between or inside steps (one thread at a time); the HTTP
+handler only reads the events it is sent through ``events``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+from slotserver.chain import DraftLimits
+from slotserver.request import CompletionRequest
+from slotserver.textstream import TextStream
+
+
+@dataclass(slots=True)
+class Event:
+    """What the handler receives: a partial result (``final`` False) or the end of the job."""
+
+    final: bool
+    text: str = ""
+    tokens: list[int] = field(default_factory=list)
+    error: Exception | None = None
+
+
+@dataclass(slots=True, eq=False)
+class Job:
+    request: CompletionRequest
+    prompt: list[int]
+    limits: DraftLimits  # draft bounds for this request (server defaults or speculative.*)
+    text: TextStream
+    events: asyncio.Queue = field(default_factory=asyncio.Queue)
+    id_slot: int = -1
+    is_cancelled: bool = False
+    is_done: bool = False
+    generated: list[int] = field(default_factory=list)
+    unsent: list[int] = field(default_factory=list)  # tokens not yet reported in a partial event
+    probs: list[list[tuple[int, float]]] = field(default_factory=list)  # per token: top (id, logprob)
+    stop_type: str = "none"  # none | eos | word | limit
+    is_truncated: bool = False
+    n_cached: int = 0  # prompt tokens reused from the KV cache
+    n_prompt_decoded: int = 0
+    n_draft: int = 0  # draft tokens verified for this job
+    n_draft_accepted: int = 0
+    t_queued: float = field(default_factory=time.perf_counter)
+    t_prompt_start: float = 0.0
+    t_prompt_end: float = 0.0
+    t_last_token: float = 0.0
+
+    @property
+    def n_gen(self) -> int:
+        return len(self.generated)
+
+    @property
+    def n_remaining(self) -> int:
+        """Tokens still wanted, or -1 without an n_predict limit."""
+        n_predict = self.request.n_predict
+        return -1 if n_predict < 0 else max(n_predict - self.n_gen, 0)
+
+    def timings(self) -> dict:
+        prompt_ms = (self.t_prompt_end - self.t_prompt_start) * 1e3
+        predicted_ms = max((self.t_last_token - self.t_prompt_end) * 1e3, 1e-3) if self.n_gen else 0.0
+        steps = self.n_gen - 1  # the first token comes with the prompt
+        out = {
+            "cache_n": self.n_cached,
+            "prompt_n": self.n_prompt_decoded,
+            "prompt_ms": prompt_ms,
+            "prompt_per_token_ms": prompt_ms / self.n_prompt_decoded if self.n_prompt_decoded else 0.0,
+            "prompt_per_second": 1e3 * self.n_prompt_decoded / prompt_ms if prompt_ms > 0 else 0.0,
+            "predicted_n": self.n_gen,
+            "predicted_ms": predicted_ms,
+            "predicted_per_token_ms": predicted_ms / steps if steps > 0 else 0.0,
+            "predicted_per_second": 1e3 * steps / predicted_ms if steps > 0 else 0.0,
+        }
+        if self.n_draft > 0:
+            out["draft_n"] = self.n_draft
+            out["draft_n_accepted"] = self.n_draft_accepted
+        return out

@@ -1,0 +1,52 @@
+"""Scheduler policy on plain values: batch planning, slot choice, draft budget (no model)."""
+
+from slotserver.scheduler import (
+    DecodeWork, IdleSlot, PrefillWork, common_prefix, draft_budget, pick_slot, plan_batch,
+)
+
+
+def test_decode_tokens_come_first_then_prompt_chunks_fill_the_rest():
+    plan = plan_batch(
+        [DecodeWork(0, 10, 5, [6, 7])],
+        [PrefillWork(1, 0, list(range(100)))],
+        n_batch=16,
+    )
+    assert [e.slot_id for e in plan.entries] == [0, 1]
+    assert plan.entries[0].tokens == [5, 6, 7] and plan.entries[0].is_decode
+    assert plan.entries[1].tokens == list(range(13))  # 16 - 3 tokens of room
+    assert not plan.entries[1].ends_prompt  # a long prefill is chunked, not finished
+    assert plan.n_tokens == 16
+
+
+def test_prefill_that_fits_ends_the_prompt_and_the_next_one_starts():
+    plan = plan_batch([], [PrefillWork(0, 4, [1, 2]), PrefillWork(1, 0, [3, 4, 5])], n_batch=4)
+    assert [(e.slot_id, e.tokens, e.ends_prompt) for e in plan.entries] == [(0, [1, 2], True), (1, [3, 4], False)]
+
+
+def test_drafts_are_cut_so_every_generating_slot_keeps_its_token():
+    plan = plan_batch([DecodeWork(0, 0, 1, [9] * 10), DecodeWork(1, 0, 2, [8] * 10)], [], n_batch=6)
+    assert plan.entries[0].tokens == [1, 9, 9, 9, 9]  # 6 - 2 sampled tokens = 4 draft tokens
+    assert plan.entries[1].tokens == [2]  # no room left for its draft, but it still decodes
+
+
+def test_pinned_slot_waits_when_busy_and_wraps_modulo():
+    idle = [IdleSlot(0, [], 0.0), IdleSlot(2, [], 0.0)]
+    assert pick_slot(idle, [1], id_slot=5, n_slots=4) is None  # 5 % 4 = 1, busy
+    assert pick_slot(idle, [1], id_slot=6, n_slots=4) == 2
+
+
+def test_longest_cached_prefix_wins_else_least_recently_used():
+    idle = [IdleSlot(0, [1, 2], 5.0), IdleSlot(1, [1, 2, 3, 4], 9.0), IdleSlot(2, [7], 1.0)]
+    assert pick_slot(idle, [1, 2, 3, 9], -1, 3) == 1
+    assert pick_slot(idle, [5, 5], -1, 3) == 2  # no prefix anywhere: LRU
+
+
+def test_common_prefix():
+    assert common_prefix([1, 2, 3], [1, 2, 4]) == 2
+    assert common_prefix([], [1]) == 0
+
+
+def test_draft_budget_respects_context_and_n_predict():
+    assert draft_budget(n_ctx=100, n_cached=50, n_remaining=-1, n_max=64) == 48
+    assert draft_budget(n_ctx=1000, n_cached=50, n_remaining=5, n_max=64) == 4
+    assert draft_budget(n_ctx=1000, n_cached=50, n_remaining=1, n_max=64) == 0
