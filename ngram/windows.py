@@ -18,8 +18,8 @@ import numpy as np
 
 LCG_FACTOR_32 = 2654435761  # prime near (sqrt(5)-1)/2 * 2^32, as llama.cpp's ngram-map
 MASK32 = 0xFFFFFFFF
-# Backward searches compare this many hashes per numpy pass (a recent match stops early).
-SEARCH_CHUNK = 4096
+# Backward searches compare this many hashes per numpy pass (one pass covers a 64k history).
+SEARCH_CHUNK = 65536
 # Appends of at most this many new windows are hashed in plain Python (numpy overhead dominates).
 SMALL_APPEND = 32
 _INITIAL_CAPACITY = 1024

