@@ -86,6 +86,7 @@ class Runner:
         self.stats.t_decode_s += time.perf_counter() - t0
         self.stats.n_decode_calls += 1
         self.stats.n_decode_tokens += plan.n_tokens
+        self.stats.n_decode_slots += len(plan.entries)
         self.stats.tokens_per_decode.observe(plan.n_tokens)
         for entry, entry_rows in zip(plan.entries, rows):
             self.apply.entry(self.slots[entry.slot_id], entry, entry_rows)

@@ -84,6 +84,26 @@ class DrafterStats:
 
 
 @dataclass(slots=True)
+class FileStats:
+    """Saves of one kind of persistent cache file. Call ``saved`` after a write, ``failed`` when it raised."""
+
+    n_saves: int = 0
+    n_save_errors: int = 0
+    n_bytes_last: int = 0  # size of the last file saved
+    n_bytes_written: int = 0  # all bytes saved so far
+    t_save_s: float = 0.0  # time spent saving, all saves
+
+    def saved(self, n_bytes: int, seconds: float) -> None:
+        self.n_saves += 1
+        self.n_bytes_last = n_bytes
+        self.n_bytes_written += n_bytes
+        self.t_save_s += seconds
+
+    def failed(self) -> None:
+        self.n_save_errors += 1
+
+
+@dataclass(slots=True)
 class ServerStats:
     """Server-wide counters and histograms, updated by the engine loop as events happen."""
 
@@ -101,7 +121,13 @@ class ServerStats:
     t_prompt_s: float = 0.0
     t_gen_s: float = 0.0
     n_tokens_max: int = 0  # largest per-slot sequence length seen
+    n_decode_slots: int = 0  # sum over decode calls of the slots in the batch (mean = / n_decode_calls)
     tokens_per_decode: Histogram = field(default_factory=lambda: Histogram(TOKENS_PER_DECODE_BUCKETS))
     ttft_s: Histogram = field(default_factory=lambda: Histogram(LATENCY_BUCKETS))
     inter_token_s: Histogram = field(default_factory=lambda: Histogram(LATENCY_BUCKETS))
     request_s: Histogram = field(default_factory=lambda: Histogram(LATENCY_BUCKETS))
+    files: dict[str, FileStats] = field(default_factory=dict)  # kind -> saves of that kind of file
+
+    def file(self, kind: str) -> FileStats:
+        """The counters of one kind of persistent file (e.g. "ngram_cache", "ngram_mod_pool", "slot")."""
+        return self.files.setdefault(kind, FileStats())
