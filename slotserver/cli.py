@@ -50,6 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--host", default="127.0.0.1", help="address to listen on")
     g.add_argument("--port", type=int, default=8080, help="port to listen on")
     g.add_argument("--alias", default="", help="model name reported by the API")
+    g.add_argument("--metrics", action="store_true", help="serve Prometheus metrics at GET /metrics")
+    g.add_argument("--metrics-compat", choices=["llamacpp"], default=None,
+                   help="also export llama-server's llamacpp:* series (implies --metrics)")
     g.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
 
@@ -70,6 +73,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         engine=engine, spec=spec, host=args.host, port=args.port, alias=args.alias,
         n_predict=args.n_predict, seed=args.seed, cache_prompt=not args.no_cache_prompt,
         slots_endpoint=not args.no_slots,
+        metrics=args.metrics or bool(args.metrics_compat), metrics_compat=args.metrics_compat or "",
     )
 
 

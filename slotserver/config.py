@@ -37,6 +37,12 @@ class ServerConfig:
     seed: int = -1  # default seed of requests (-1: random)
     cache_prompt: bool = True
     slots_endpoint: bool = True
+    metrics: bool = False  # serve GET /metrics
+    metrics_compat: str = ""  # "llamacpp": also export llama-server's llamacpp:* series
+
+    def __post_init__(self) -> None:
+        if self.metrics_compat not in ("", "llamacpp"):
+            raise ValueError(f"unknown metrics compatibility: {self.metrics_compat}")
 
     @property
     def model_name(self) -> str:
