@@ -99,5 +99,9 @@ def create_app(config: ServerConfig) -> web.Application:
     app = web.Application(middlewares=[error_middleware], client_max_size=64 * 1024 * 1024)
     app[STATE] = State(config)
     setup_routes(app)
+    if config.metrics:
+        from slotserver.metrics import setup_metrics
+
+        setup_metrics(app)
     app.cleanup_ctx.append(_engine_ctx)
     return app

@@ -136,7 +136,7 @@ async def props(request: web.Request) -> web.Response:
         "build_info": "slotserver",
         "endpoint_slots": cfg.slots_endpoint,
         "endpoint_props": True,
-        "endpoint_metrics": False,
+        "endpoint_metrics": cfg.metrics,
     })
 
 
@@ -206,4 +206,5 @@ def setup_routes(app: web.Application) -> None:
     app.router.add_get("/slots", slots)
     app.router.add_post("/tokenize", tokenize)
     app.router.add_post("/detokenize", detokenize)
-    app.router.add_get("/metrics", metrics_disabled)
+    if not app[STATE].config.metrics:  # with --metrics, metrics.setup_metrics serves it
+        app.router.add_get("/metrics", metrics_disabled)
