@@ -72,7 +72,12 @@ class MetricsServer:
 
 @pytest.fixture(scope="session")
 async def metrics_server():
-    """2 slots over a 4k context, ngram-mod on, ``--metrics --metrics-compat llamacpp``."""
-    srv = await MetricsServer(["-c", "4096", "-np", "2", "--metrics", "--metrics-compat", "llamacpp"]).start()
+    """2 slots over a 4k context, ngram-mod on, ``--metrics --metrics-compat llamacpp``.
+
+    One decode thread: on a small, shared CI machine llama.cpp's thread barrier makes ``-t 2``
+    several times slower than ``-t 1`` as soon as another process competes for a core.
+    """
+    argv = ["-c", "4096", "-np", "2", "-t", "1", "--metrics", "--metrics-compat", "llamacpp"]
+    srv = await MetricsServer(argv).start()
     yield srv
     await srv.stop()
