@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiohttp import web
 
@@ -27,6 +27,7 @@ class State:
     config: ServerConfig
     runner: Runner | None = None
     load_error: str = ""
+    loaded: asyncio.Event = field(default_factory=asyncio.Event)  # set once loading ended, either way
 
     def ready(self) -> Runner:
         if self.runner is None:
@@ -76,11 +77,13 @@ async def _engine_ctx(app: web.Application):
         except Exception as exc:
             state.load_error = f"could not load the model: {exc}"
             log.error(state.load_error)
+            state.loaded.set()
             return
         chain = build_chain(config.spec)
         state.runner = Runner(engine, chain, config.engine.n_parallel, config.cache_prompt)
         log.info("model loaded: %s, n_ctx %d, %d slots, speculation: %s",
                  engine.description, engine.n_ctx, config.engine.n_parallel, ",".join(chain.types) or "none")
+        state.loaded.set()
         await state.runner.run()
 
     task = asyncio.create_task(load_and_run())

@@ -135,6 +135,18 @@ class Engine:
             ids.append(extra)
         return [(t, float(logits[t] - lse)) for t in ids]
 
+    def top_logprobs(self, row: int, n: int, extra: int) -> list[tuple[int, float]]:
+        """The ``n`` most likely tokens at ``row`` plus token ``extra``, with log-softmax of the raw logits."""
+        logits = self.logits(row).astype(np.float64)
+        m = logits.max()
+        lse = m + np.log(np.exp(logits - m).sum())
+        top = np.argpartition(-logits, n)[:n]
+        top = top[np.argsort(-logits[top], kind="stable")]
+        ids = [int(t) for t in top]
+        if extra not in ids:
+            ids.append(extra)
+        return [(t, float(logits[t] - lse)) for t in ids]
+
     def remove(self, slot_id: int, p0: int, p1: int = -1) -> None:
         """Drop KV entries of ``slot_id`` at positions [p0, p1) (p1 = -1: to the end)."""
         ok = lc.llama_memory_seq_rm(self.memory, slot_id, p0, p1)

@@ -1,0 +1,70 @@
+"""Shared fixtures: the real model files and one live server per configuration, per session."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from slotserver.app import STATE, create_app
+from slotserver.cli import build_parser, config_from_args
+
+WORKLOADS = Path(__file__).resolve().parents[1].parent / "shared" / "bench" / "workloads.json"
+
+
+def load_workloads() -> list[dict]:
+    return json.loads(WORKLOADS.read_text())["workloads"]
+
+
+class LiveServer:
+    """A real slotserver on a loopback port, with an HTTP client session."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.argv = argv
+
+    async def start(self) -> "LiveServer":
+        config = config_from_args(build_parser().parse_args(self.argv + ["--port", "0"]))
+        self.app = create_app(config)
+        self.runner = web.AppRunner(self.app, handler_cancellation=True)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        self.http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600))
+        await self.state.loaded.wait()
+        assert self.state.runner is not None, self.state.load_error
+        return self
+
+    @property
+    def state(self):
+        return self.app[STATE]
+
+    async def stop(self) -> None:
+        await self.http.close()
+        await self.runner.cleanup()
+
+    async def post(self, path: str, body) -> tuple[int, dict]:
+        data = body if isinstance(body, (bytes, str)) else json.dumps(body)
+        async with self.http.post(self.url + path, data=data) as resp:
+            return resp.status, await resp.json(content_type=None)
+
+    async def get(self, path: str) -> tuple[int, dict]:
+        async with self.http.get(self.url + path) as resp:
+            return resp.status, await resp.json(content_type=None)
+
+    async def complete(self, **body) -> dict:
+        status, out = await self.post("/completion", body)
+        assert status == 200, out
+        return out
+
+
+@pytest.fixture(scope="session")
+async def server():
+    """The default configuration (ngram-mod on), 4 slots, 8k context shared."""
+    srv = await LiveServer(["-c", "8192", "-np", "4"]).start()
+    yield srv
+    await srv.stop()
