@@ -18,6 +18,33 @@ from slotserver.stats import DrafterStats
 # Precedence of the known drafter types, first wins (llama.cpp's order).
 PRECEDENCE = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache", "draft")
 
+# A verified draft fails when fewer than this share of its tokens (and at least one) was accepted:
+# verifying costs batch time, so a drafter that keeps failing makes generation slower.
+FAIL_RATIO = 0.25
+# After this many failures in a row of one drafter on one slot, the chain stops asking it...
+FAIL_STREAK = 3
+# ...for BACKOFF_MIN draft calls, doubling with every further failed streak up to BACKOFF_MAX.
+BACKOFF_MIN = 8
+BACKOFF_MAX = 512
+
+
+@dataclass(slots=True)
+class Backoff:
+    """Per (slot, drafter): how the drafter's recent drafts fared and how long to leave it alone."""
+
+    n_fail: int = 0  # failed drafts in a row
+    n_skip: int = 0  # draft calls still to skip
+    next_skip: int = BACKOFF_MIN
+
+    def update(self, n_draft: int, n_accepted: int) -> None:
+        if n_accepted >= max(1, FAIL_RATIO * n_draft):
+            self.n_fail, self.next_skip = 0, BACKOFF_MIN
+            return
+        self.n_fail += 1
+        if self.n_fail >= FAIL_STREAK:
+            self.n_skip, self.n_fail = self.next_skip, 0
+            self.next_skip = min(2 * self.next_skip, BACKOFF_MAX)
+
 
 @dataclass(slots=True)
 class DraftLimits:
@@ -34,7 +61,8 @@ class DraftChain:
         order = {t: i for i, t in enumerate(PRECEDENCE)}
         self.drafters = sorted(drafters, key=lambda td: order[td[0]])  # (type, drafter)
         self.stats = {d.name: DrafterStats() for _, d in self.drafters}
-        self._last: dict[int, Drafter | None] = {}
+        self._last: dict[int, tuple[Drafter, int] | None] = {}  # slot -> (winner, draft length)
+        self._backoff: dict[tuple[int, str], Backoff] = {}
 
     @property
     def types(self) -> list[str]:
@@ -43,6 +71,7 @@ class DraftChain:
     def begin(self, slot: int, prompt: Sequence[int]) -> None:
         self._last[slot] = None
         for _, d in self.drafters:
+            self._backoff[(slot, d.name)] = Backoff()
             st = self.stats[d.name]
             t0 = time.perf_counter()
             d.begin(slot, prompt)
@@ -57,6 +86,11 @@ class DraftChain:
             if limits.types is not None and dtype not in limits.types:
                 continue
             st = self.stats[d.name]
+            backoff = self._backoff.setdefault((slot, d.name), Backoff())
+            if backoff.n_skip > 0:
+                backoff.n_skip -= 1
+                st.n_skipped += 1
+                continue
             t0 = time.perf_counter()
             tokens = d.draft(slot, history, last_token, limits.n_max)
             st.t_draft_s.observe(time.perf_counter() - t0)
@@ -65,7 +99,7 @@ class DraftChain:
                 tokens = tokens[: limits.n_max]
             if not tokens or len(tokens) < limits.n_min:
                 continue
-            self._last[slot] = d
+            self._last[slot] = (d, len(tokens))
             st.n_gen_drafts += 1
             st.n_gen_tokens += len(tokens)
             return tokens
@@ -73,10 +107,12 @@ class DraftChain:
 
     def accept(self, slot: int, n_accepted: int) -> None:
         """Report how many tokens of the slot's last draft were accepted (only after a draft)."""
-        winner = self._last.pop(slot, None)
-        if winner is None:
+        last = self._last.pop(slot, None)
+        if last is None:
             assert n_accepted == 0
             return
+        winner, n_draft = last
+        self._backoff[(slot, winner.name)].update(n_draft, n_accepted)
         st = self.stats[winner.name]
         t0 = time.perf_counter()
         winner.accept(slot, n_accepted, False)
