@@ -174,6 +174,14 @@ class NgramCacheDrafter:
     def accept(self, slot: int, n_accepted: int, is_other: bool) -> None:
         return  # llama.cpp's ngram-cache does not adapt to acceptance
 
+    def learned(self) -> NgramCache:
+        """The dynamic cache plus what the slots have seen so far (a copy: nothing is counted twice)."""
+        out = NgramCache()
+        out.merge(self.dynamic)
+        for st in self.slots.values():
+            out.merge(st.context)
+        return out
+
     def size_bytes(self) -> int:
         ctx = sum(st.context.size_bytes() + 8 * len(st.tokens) for st in self.slots.values())
         return ctx + self.dynamic.size_bytes() + self.static.size_bytes()

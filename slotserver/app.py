@@ -15,7 +15,10 @@ from slotserver.drafters import build_chain
 from slotserver.engine import Engine
 from slotserver.errors import ServerError, Unavailable
 from slotserver.responses import error_body
+from slotserver.persist import Persistence
 from slotserver.runner import Runner
+from slotserver.stats import ServerStats
+from slotserver.vocab import vocab_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -66,12 +69,17 @@ async def error_middleware(request: web.Request, handler):
 
 
 async def _engine_ctx(app: web.Application):
-    """Load the model off the event loop, then run the engine loop until shutdown."""
+    """Read cache files (a bad one stops the start), load the model off the event loop, then run
+    the engine loop until shutdown, when learned structures are saved one last time."""
     state = app[STATE]
+    config = state.config
     loop = asyncio.get_running_loop()
+    chain = build_chain(config.spec)
+    stats = ServerStats()
+    persistence = Persistence(config.spec, chain, stats, lambda: vocab_fingerprint(config.engine.model_path))
+    await loop.run_in_executor(None, persistence.load)  # StartupFileError: the server does not start
 
     async def load_and_run() -> None:
-        config = state.config
         try:
             engine = await loop.run_in_executor(None, Engine, config.engine)
         except Exception as exc:
@@ -79,8 +87,7 @@ async def _engine_ctx(app: web.Application):
             log.error(state.load_error)
             state.loaded.set()
             return
-        chain = build_chain(config.spec)
-        state.runner = Runner(engine, chain, config.engine.n_parallel, config.cache_prompt)
+        state.runner = Runner(engine, chain, config.engine.n_parallel, config.cache_prompt, stats, persistence)
         log.info("model loaded: %s, n_ctx %d, %d slots, speculation: %s",
                  engine.description, engine.n_ctx, config.engine.n_parallel, ",".join(chain.types) or "none")
         state.loaded.set()
@@ -92,6 +99,7 @@ async def _engine_ctx(app: web.Application):
     with contextlib.suppress(asyncio.CancelledError):
         await task
     if state.runner is not None:
+        await state.runner.on_engine_thread(persistence.save)
         state.runner.close()
         state.runner.engine.close()
 

@@ -7,6 +7,7 @@ import logging
 
 from aiohttp import web
 
+from ngram.map_state import NgramMapConfig
 from ngram.mod import NgramModConfig
 from slotserver.config import DRAFTER_TYPES, ServerConfig, SpecConfig
 from slotserver.engine import EngineConfig
@@ -46,6 +47,23 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--spec-ngram-mod-n-match", type=int, default=24, help="ngram-mod: tokens hashed per lookup")
     g.add_argument("--spec-ngram-mod-n-min", type=int, default=48, help="ngram-mod: shortest draft")
     g.add_argument("--spec-ngram-mod-n-max", type=int, default=64, help="ngram-mod: longest draft")
+    g.add_argument("--spec-ngram-mod-file", default="", metavar="PATH",
+                   help="ngram-mod: load the shared pool from PATH at start and save it there (atomically)")
+    for kind in ("simple", "map-k", "map-k4v"):
+        g.add_argument(f"--spec-ngram-{kind}-size-n", type=int, default=12, help=f"ngram-{kind}: n-gram (key) length")
+        g.add_argument(f"--spec-ngram-{kind}-size-m", type=int, default=48, help=f"ngram-{kind}: longest draft")
+        g.add_argument(f"--spec-ngram-{kind}-min-hits", type=int, default=1,
+                       help=f"ngram-{kind}: key hits before drafting" + (" (used by map-k4v only)" if kind != "map-k4v" else ""))
+    g.add_argument("-lcs", "--lookup-cache-static", default="", metavar="FNAME",
+                   help="ngram-cache: static n-gram cache file (llama.cpp or msgpack format; never written)")
+    g.add_argument("-lcd", "--lookup-cache-dynamic", default="", metavar="FNAME",
+                   help="ngram-cache: dynamic n-gram cache file, learned from every generation and saved")
+    g.add_argument("--lookup-cache-format", default="llamacpp", choices=["llamacpp", "msgpack"],
+                   help="format the dynamic cache is saved in")
+    g.add_argument("--spec-save-interval", type=float, default=300.0, metavar="SECONDS",
+                   help="how often learned pools/caches are saved (also at shutdown)")
+    g.add_argument("--spec-ignore-bad-files", action="store_true",
+                   help="start even if a pool/cache file cannot be read (it is then never overwritten)")
     g = p.add_argument_group("server")
     g.add_argument("--host", default="127.0.0.1", help="address to listen on")
     g.add_argument("--port", type=int, default=8080, help="port to listen on")
@@ -65,9 +83,22 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         n_ctx=args.ctx_size, n_parallel=args.parallel, n_batch=args.batch_size,
         n_ubatch=args.ubatch_size, n_threads=args.threads,
     )
+    def map_config(kind: str) -> NgramMapConfig:
+        get = lambda name: getattr(args, f"spec_ngram_{kind}_{name}")  # noqa: E731
+        return NgramMapConfig(get("size_n"), get("size_m"), get("min_hits"))
+
     spec = SpecConfig(
         types=parse_spec_types(args.spec_type),
         ngram_mod=NgramModConfig(args.spec_ngram_mod_n_match, args.spec_ngram_mod_n_min, args.spec_ngram_mod_n_max),
+        ngram_simple=map_config("simple"),
+        ngram_map_k=map_config("map_k"),
+        ngram_map_k4v=map_config("map_k4v"),
+        lookup_static=args.lookup_cache_static,
+        lookup_dynamic=args.lookup_cache_dynamic,
+        lookup_format=args.lookup_cache_format,
+        mod_file=args.spec_ngram_mod_file,
+        ignore_bad_files=args.spec_ignore_bad_files,
+        save_interval_s=args.spec_save_interval,
     )
     return ServerConfig(
         engine=engine, spec=spec, host=args.host, port=args.port, alias=args.alias,
@@ -85,6 +116,10 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as exc:
         raise SystemExit(f"error: {exc}") from None
     from slotserver.app import create_app
+    from slotserver.persist import StartupFileError
 
-    web.run_app(create_app(config), host=config.host, port=config.port, handler_cancellation=True,
-                print=lambda msg: logging.getLogger("slotserver").info(msg))
+    try:
+        web.run_app(create_app(config), host=config.host, port=config.port, handler_cancellation=True,
+                    print=lambda msg: logging.getLogger("slotserver").info(msg))
+    except StartupFileError as exc:
+        raise SystemExit(f"error: {exc}") from None

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ngram.cache import NgramCacheConfig
+from ngram.map_state import NgramMapConfig
 from ngram.mod import NgramModConfig
 from slotserver.engine import EngineConfig
 
@@ -14,16 +16,35 @@ DRAFTER_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "n
 class SpecConfig:
     types: tuple[str, ...] = ("ngram-mod",)  # empty: speculation off
     ngram_mod: NgramModConfig = field(default_factory=NgramModConfig)
+    ngram_simple: NgramMapConfig = field(default_factory=NgramMapConfig)
+    ngram_map_k: NgramMapConfig = field(default_factory=NgramMapConfig)
+    ngram_map_k4v: NgramMapConfig = field(default_factory=NgramMapConfig)
+    ngram_cache: NgramCacheConfig = field(default_factory=NgramCacheConfig)
+    lookup_static: str = ""  # -lcs: read-only static n-gram cache file
+    lookup_dynamic: str = ""  # -lcd: dynamic n-gram cache file, loaded and saved
+    lookup_format: str = "llamacpp"  # format the dynamic cache is saved in: llamacpp | msgpack
+    mod_file: str = ""  # --spec-ngram-mod-file: persistent ngram-mod pool
+    ignore_bad_files: bool = False  # start with empty structures when a file cannot be read
+    save_interval_s: float = 300.0  # how often learned structures are saved (and at shutdown)
 
     def __post_init__(self) -> None:
         for t in self.types:
             if t not in DRAFTER_TYPES:
                 raise ValueError(f"unknown speculative type: {t}")
+        if self.lookup_format not in ("llamacpp", "msgpack"):
+            raise ValueError(f"unknown lookup cache format: {self.lookup_format}")
 
     @property
     def n_max(self) -> int:
         """Longest draft any configured drafter may propose."""
-        return self.ngram_mod.n_max if self.types else 0
+        longest = {
+            "ngram-mod": self.ngram_mod.n_max,
+            "ngram-simple": self.ngram_simple.size_m,
+            "ngram-map-k": self.ngram_map_k.size_m,
+            "ngram-map-k4v": self.ngram_map_k4v.size_m,
+            "ngram-cache": self.ngram_cache.n_draft,
+        }
+        return max((longest[t] for t in self.types), default=0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from slotserver.apply import Applier
 from slotserver.chain import DraftChain
 from slotserver.engine import DecodeError, Engine
 from slotserver.job import Event, Job
+from slotserver.persist import Persistence
 from slotserver.samplers import make_sampler
 from slotserver.scheduler import DecodeWork, IdleSlot, PrefillWork, common_prefix, draft_budget, pick_slot, plan_batch
 from slotserver.slots import Slot, SlotState
@@ -27,12 +28,16 @@ log = logging.getLogger(__name__)
 
 
 class Runner:
-    def __init__(self, engine: Engine, chain: DraftChain, n_parallel: int, cache_prompt: bool = True) -> None:
+    def __init__(
+        self, engine: Engine, chain: DraftChain, n_parallel: int, cache_prompt: bool = True,
+        stats: ServerStats | None = None, persistence: Persistence | None = None,
+    ) -> None:
         self.engine = engine
         self.chain = chain
         self.slots = [Slot(i) for i in range(n_parallel)]
         self.cache_prompt = cache_prompt
-        self.stats = ServerStats()
+        self.stats = stats or ServerStats()
+        self.persistence = persistence
         self.waiting: collections.deque[Job] = collections.deque()
         self.apply = Applier(engine, chain, self.stats)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
@@ -69,6 +74,10 @@ class Runner:
                 job.events.put_nowait(event)
             await asyncio.sleep(0)  # let handlers submit and cancel between steps
 
+    async def on_engine_thread(self, fn):
+        """Run ``fn`` on the engine thread (drafters and llama state belong to it)."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+
     def close(self) -> None:
         self._executor.shutdown(wait=True)
 
@@ -91,6 +100,8 @@ class Runner:
         for entry, entry_rows in zip(plan.entries, rows):
             self.apply.entry(self.slots[entry.slot_id], entry, entry_rows)
         self.apply.flush_partials(self.slots)
+        if self.persistence is not None:
+            self.persistence.maybe_save()
         return outbox
 
     def _reap(self) -> None:
