@@ -62,9 +62,23 @@ class LiveServer:
         return out
 
 
+ALL_TYPES = "ngram-simple,ngram-map-k,ngram-map-k4v,ngram-mod,ngram-cache"
+
+
 @pytest.fixture(scope="session")
 async def server():
-    """The default configuration (ngram-mod on), 4 slots, 8k context shared."""
-    srv = await LiveServer(["-c", "8192", "-np", "4"]).start()
+    """4 slots over an 8k context with every drafter configured (requests pick with speculative.type)."""
+    srv = await LiveServer(["-c", "8192", "-np", "4", "--spec-type", ALL_TYPES]).start()
     yield srv
     await srv.stop()
+
+
+def greedy_request(wl: dict, spec: str, **extra) -> dict:
+    return {"prompt": wl["prompt"], "n_predict": wl["n_predict"], "temperature": 0.0,
+            "return_tokens": True, "speculative.type": spec, "cache_prompt": False, **extra}
+
+
+@pytest.fixture(scope="session")
+async def baseline(server) -> dict[str, dict]:
+    """Greedy outputs of every workload without speculation, with top log-probabilities per token."""
+    return {wl["name"]: await server.complete(**greedy_request(wl, "none", n_probs=5)) for wl in load_workloads()}

@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+from tests.conftest import ALL_TYPES
+
 SMALL = {"prompt": "The capital of France is", "n_predict": 8, "temperature": 0.0}
 
 
@@ -82,7 +84,7 @@ async def test_health_props_and_slots(server):
     assert await server.get("/health") == (200, {"status": "ok"})
     _, props = await server.get("/props")
     assert props["total_slots"] == 4 and props["default_generation_settings"]["n_ctx"] == 8192
-    assert props["speculative"]["types"] == ["ngram-mod"]
+    assert props["speculative"]["types"] == ALL_TYPES.split(",")
     _, slots = await server.get("/slots")
     assert [s["id"] for s in slots] == [0, 1, 2, 3] and not any(s["is_processing"] for s in slots)
     assert (await server.get("/metrics"))[0] == 501  # only with --metrics

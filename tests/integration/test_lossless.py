@@ -10,24 +10,14 @@ from __future__ import annotations
 import asyncio
 import math
 
-import pytest
-
-from tests.conftest import load_workloads
+from tests.conftest import greedy_request, load_workloads
 from tests.integration.ties import check_same_or_tie, first_difference
 
 WORKLOADS = load_workloads()
 MAX_TIED_WORKLOADS = 2
 
 
-def request(wl: dict, spec: str, **extra) -> dict:
-    return {"prompt": wl["prompt"], "n_predict": wl["n_predict"], "temperature": 0.0,
-            "return_tokens": True, "speculative.type": spec, "cache_prompt": False, **extra}
-
-
-@pytest.fixture(scope="session")
-async def baseline(server) -> dict[str, dict]:
-    """Greedy outputs without speculation, with top log-probabilities at every position."""
-    return {wl["name"]: await server.complete(**request(wl, "none", n_probs=5)) for wl in WORKLOADS}
+request = greedy_request
 
 
 async def test_greedy_ngram_mod_equals_no_speculation(server, baseline):
@@ -65,7 +55,7 @@ async def test_temperature_sampling_with_seed_is_identical(server):
     for wl in WORKLOADS:
         if wl["name"] not in ("repeat", "code_edit", "quote"):
             continue
-        sampled = dict(temperature=0.8, seed=1234)
+        sampled = dict(temperature=0.8, seed=1234, n_predict=128)
         plain = await server.complete(**{**request(wl, "none", n_probs=10), **sampled})
         spec = await server.complete(**{**request(wl, "ngram-mod"), **sampled})
         drafted += spec["timings"].get("draft_n", 0)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from tests.conftest import load_workloads
 from tests.integration.ties import TIE_LOGIT_GAP
 
-POSITIONS = (8, 16, 24, 32, 40, 48)
+POSITIONS = (8, 16, 24, 32, 40, 48, 56, 64)
 
 
 async def test_batched_logits_move_more_than_the_tie_bound(server):
@@ -30,4 +30,5 @@ async def test_batched_logits_move_more_than_the_tie_bound(server):
         if a[0]["id"] in b and a[1]["id"] in b:
             moves.append(abs(gap_single - (b[a[0]["id"]] - b[a[1]["id"]])))
     print(f"top-2 logit gap moved by batching: {[round(m, 3) for m in moves]}")
-    assert moves and max(moves) > TIE_LOGIT_GAP / 2  # the bound is of the size batching alone produces
+    # the tie bound is of the size one batched decode alone produces (speculation compounds it)
+    assert moves and TIE_LOGIT_GAP <= 2 * max(moves)

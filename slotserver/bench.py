@@ -1,0 +1,83 @@
+"""Benchmark a running server on the shared workloads: tokens/s, drafts and acceptance per workload.
+
+    python -m slotserver.bench --url http://127.0.0.1:8080 [--workloads PATH] [--types none,ngram-mod]
+
+Every workload runs once per speculative type in the same process, side by side, so ratios are
+measured under the same machine load. ``--concurrency`` then compares the aggregate throughput of
+N parallel streams with one stream.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import aiohttp
+
+DEFAULT_WORKLOADS = Path(__file__).resolve().parents[2] / "shared" / "bench" / "workloads.json"
+
+
+async def complete(http: aiohttp.ClientSession, url: str, wl: dict, spec: str) -> dict:
+    body = {"prompt": wl["prompt"], "n_predict": wl["n_predict"], "temperature": 0.0,
+            "cache_prompt": False, "speculative.type": spec}
+    async with http.post(url + "/completion", json=body) as resp:
+        out = await resp.json()
+        if resp.status != 200:
+            raise RuntimeError(out)
+        return out
+
+
+async def per_workload(http, url: str, workloads: list[dict], types: list[str], repeats: int) -> None:
+    print(f"{'workload':<12} {'draft':<6} " + " ".join(f"{t + ' t/s':>15} {'draft_n':>7} {'acc%':>5}" for t in types))
+    for wl in workloads:
+        cells = []
+        for spec in types:
+            best = None
+            for _ in range(repeats):
+                out = await complete(http, url, wl, spec)
+                if best is None or out["timings"]["predicted_per_second"] > best["timings"]["predicted_per_second"]:
+                    best = out
+            t = best["timings"]
+            n, acc = t.get("draft_n", 0), t.get("draft_n_accepted", 0)
+            cells.append(f"{t['predicted_per_second']:>15.1f} {n:>7} {100 * acc / n if n else 0:>5.0f}")
+        print(f"{wl['name']:<12} {wl['draftability']:<6} " + " ".join(cells), flush=True)
+
+
+async def concurrency(http, url: str, workloads: list[dict], n: int, spec: str) -> None:
+    chosen = [workloads[i % len(workloads)] for i in range(n)]
+    for streams in (1, n):
+        t0 = time.perf_counter()
+        outs = await asyncio.gather(*(complete(http, url, wl, spec) for wl in chosen[:streams]))
+        elapsed = time.perf_counter() - t0
+        tokens = sum(o["tokens_predicted"] for o in outs)
+        print(f"{streams} stream(s), {spec}: {tokens} tokens in {elapsed:.2f} s = {tokens / elapsed:.1f} t/s aggregate")
+
+
+async def main_async(args) -> None:
+    workloads = json.loads(Path(args.workloads).read_text())["workloads"]
+    if args.only:
+        workloads = [w for w in workloads if w["name"] in args.only.split(",")]
+    timeout = aiohttp.ClientTimeout(total=3600)
+    async with aiohttp.ClientSession(timeout=timeout) as http:
+        await complete(http, args.url, workloads[0] | {"n_predict": 8}, "none")  # warm-up
+        await per_workload(http, args.url, workloads, args.types.split(","), args.repeats)
+        if args.concurrency > 1:
+            await concurrency(http, args.url, workloads, args.concurrency, args.types.split(",")[-1])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(prog="python -m slotserver.bench", description=__doc__.split("\n")[0])
+    p.add_argument("--url", default="http://127.0.0.1:8080")
+    p.add_argument("--workloads", default=str(DEFAULT_WORKLOADS))
+    p.add_argument("--types", default="none,ngram-mod", help="speculative types to compare, per request")
+    p.add_argument("--only", default="", help="comma list of workload names")
+    p.add_argument("--repeats", type=int, default=1, help="runs per cell; the fastest is reported")
+    p.add_argument("--concurrency", type=int, default=4, help="parallel streams to compare with one (0: skip)")
+    asyncio.run(main_async(p.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
