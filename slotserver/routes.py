@@ -10,7 +10,7 @@ from slotserver.app import STATE, State, json_response
 from slotserver.chain import DraftLimits
 from slotserver.errors import BadRequest, NotSupported, PromptTooLong, ServerError
 from slotserver.job import Job
-from slotserver.request import CompletionRequest, parse_completion, parse_prompt
+from slotserver.request import CompletionRequest, parse_completion
 from slotserver.responses import final_body, partial_body
 from slotserver.runner import Runner
 from slotserver.sampling import DEFAULT_SEED
@@ -187,8 +187,10 @@ async def tokenize(request: web.Request) -> web.Response:
 async def detokenize(request: web.Request) -> web.Response:
     runner = request.app[STATE].ready()
     body = await read_json(request)
-    tokens = parse_prompt(body.get("tokens", []) or [0], "tokens") if body.get("tokens") else []
-    if any(not isinstance(t, int) or not runner.engine.vocab.is_valid(t) for t in tokens):
+    tokens = body.get("tokens", [])
+    if not isinstance(tokens, list) or any(
+        isinstance(t, bool) or not isinstance(t, int) or not runner.engine.vocab.is_valid(t) for t in tokens
+    ):
         raise BadRequest("'tokens' must be a list of valid token ids")
     return json_response({"content": runner.engine.vocab.detokenize(tokens)})
 

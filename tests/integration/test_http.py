@@ -92,7 +92,7 @@ async def test_health_props_and_slots(server):
 
 async def test_client_disconnect_frees_the_slot(server):
     runner = server.state.runner
-    done_before = runner.stats.n_requests_finished
+    done_before, gen_before = runner.stats.n_requests_finished, runner.stats.n_gen_tokens
     body = {"prompt": "Count slowly:", "n_predict": 2000, "temperature": 0.0, "ignore_eos": True, "stream": True}
     async with server.http.post(server.url + "/completion", json=body) as resp:
         await resp.content.readline()  # generation has started
@@ -101,7 +101,7 @@ async def test_client_disconnect_frees_the_slot(server):
     while runner.stats.n_requests_finished == done_before or runner.n_busy:
         assert asyncio.get_running_loop().time() < deadline, "slot was not freed after disconnect"
         await asyncio.sleep(0.05)
-    assert runner.stats.n_gen_tokens < 2000 * 4  # it did not run to completion
+    assert runner.stats.n_gen_tokens - gen_before < 2000  # it did not run to completion
     assert (await server.complete(**SMALL))["tokens_predicted"] == 8
 
 

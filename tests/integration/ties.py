@@ -36,11 +36,9 @@ def check_same_or_tie(reference: dict, other_tokens: list[int], label: str) -> b
     if k is None:
         return True
     assert k < len(ref_tokens) and k < len(other_tokens), f"{label}: one output is a prefix of the other at {k}"
-    probs = reference["completion_probabilities"][k]
-    runner_up = probs["top_logprobs"][1]["id"] if probs["top_logprobs"][0]["id"] == ref_tokens[k] else None
-    assert other_tokens[k] == runner_up, (
-        f"{label}: at token {k} the other run chose {other_tokens[k]}, not the reference's second choice")
-    gap = logprob_gap(probs, ref_tokens[k], other_tokens[k])
+    # The other token must be among the reference's top candidates and within the bound of its
+    # choice; several near-equal candidates can make it the third or fourth, not only the second.
+    gap = logprob_gap(reference["completion_probabilities"][k], ref_tokens[k], other_tokens[k])
     assert gap < TIE_LOGIT_GAP, (
         f"{label}: outputs differ at token {k} ({ref_tokens[k]} vs {other_tokens[k]}) "
         f"with a logit gap of {gap:.4f}, which is not a tie"
