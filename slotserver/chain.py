@@ -26,20 +26,30 @@ FAIL_STREAK = 3
 # ...for BACKOFF_MIN draft calls, doubling with every further failed streak up to BACKOFF_MAX.
 BACKOFF_MIN = 8
 BACKOFF_MAX = 512
+# Draft length cap per (slot, drafter), like a congestion window: a request starts at CAP_START,
+# a fully accepted draft doubles the cap, a failed one halves it (not below CAP_MIN). A verified
+# draft token costs about a third of a one-token decode here, so long drafts must earn their length.
+CAP_START = 16
+CAP_MIN = 4
+CAP_MAX = 1024
 
 
 @dataclass(slots=True)
 class Backoff:
-    """Per (slot, drafter): how the drafter's recent drafts fared and how long to leave it alone."""
+    """Per (slot, drafter): how the drafter's recent drafts fared, how long to draft and when to ask."""
 
     n_fail: int = 0  # failed drafts in a row
     n_skip: int = 0  # draft calls still to skip
     next_skip: int = BACKOFF_MIN
+    cap: int = CAP_START  # longest draft to ask for next
 
     def update(self, n_draft: int, n_accepted: int) -> None:
         if n_accepted >= max(1, FAIL_RATIO * n_draft):
             self.n_fail, self.next_skip = 0, BACKOFF_MIN
+            if n_accepted == n_draft:
+                self.cap = min(2 * n_draft, CAP_MAX)
             return
+        self.cap = max(n_draft // 2, CAP_MIN)
         self.n_fail += 1
         if self.n_fail >= FAIL_STREAK:
             self.n_skip, self.n_fail = self.next_skip, 0
@@ -91,12 +101,13 @@ class DraftChain:
                 backoff.n_skip -= 1
                 st.n_skipped += 1
                 continue
+            n_max = min(limits.n_max, max(backoff.cap, limits.n_min))
             t0 = time.perf_counter()
-            tokens = d.draft(slot, history, last_token, limits.n_max)
+            tokens = d.draft(slot, history, last_token, n_max)
             st.t_draft_s.observe(time.perf_counter() - t0)
             st.n_call_draft += 1
-            if len(tokens) > limits.n_max:
-                tokens = tokens[: limits.n_max]
+            if len(tokens) > n_max:
+                tokens = tokens[:n_max]
             if not tokens or len(tokens) < limits.n_min:
                 continue
             self._last[slot] = (d, len(tokens))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from slotserver.chain import BACKOFF_MIN, FAIL_STREAK, DraftChain, DraftLimits
+from slotserver.chain import BACKOFF_MIN, CAP_START, FAIL_STREAK, DraftChain, DraftLimits
 
 
 class Fixed:
@@ -48,16 +48,29 @@ def test_a_drafter_that_keeps_failing_is_skipped_with_doubling_backoff():
     limits = DraftLimits(n_max=8)
     for _ in range(FAIL_STREAK):
         assert chain.draft(0, [1], 1, limits)
-        chain.accept(0, 1)  # 1 of 8 accepted: below FAIL_RATIO, a failure
+        chain.accept(0, 0)  # nothing accepted: a failure
     skipped = [chain.draft(0, [1], 1, limits) for _ in range(BACKOFF_MIN)]
     assert skipped == [[]] * BACKOFF_MIN and chain.stats["ngram_cache"].n_skipped == BACKOFF_MIN
-    assert chain.draft(0, [1], 1, limits)  # asked again after the pause
-    chain.accept(0, 8)  # a success resets the streak and the pause length
+    again = chain.draft(0, [1], 1, limits)  # asked again after the pause
+    chain.accept(0, len(again))  # a success resets the streak and the pause length
     for _ in range(FAIL_STREAK):
         chain.draft(0, [1], 1, limits)
         chain.accept(0, 0)
     assert all(chain.draft(0, [1], 1, limits) == [] for _ in range(BACKOFF_MIN))
     assert chain.draft(0, [1], 1, limits)
+
+
+def test_draft_length_cap_doubles_on_full_acceptance_and_halves_on_failure():
+    chain = DraftChain([("ngram-mod", Fixed("ngram_mod", list(range(100))))])
+    chain.begin(0, [1])
+    limits = DraftLimits(n_max=64)
+    lengths = []
+    for n_acc in ("all", "all", "all", 0):
+        draft = chain.draft(0, [1], 1, limits)
+        lengths.append(len(draft))
+        chain.accept(0, len(draft) if n_acc == "all" else 0)
+    lengths.append(len(chain.draft(0, [1], 1, limits)))
+    assert lengths == [CAP_START, 2 * CAP_START, 64, 64, 64 // 2]  # the request's n_max still bounds it
 
 
 def test_begin_forgets_the_backoff_of_the_previous_request():
