@@ -59,8 +59,10 @@ class Applier:
         job = slot.job
         draft = entry.tokens[1:]
         sampled: list[int] = []
+        # Plain greedy needs no sampler state: take every row's argmax at once.
+        greedy = self.engine.argmax(rows) if job.request.sampling.is_plain_greedy else None
         for i, row in enumerate(rows):
-            token = self.engine.sample(slot.sampler, row)
+            token = greedy[i] if greedy is not None else self.engine.sample(slot.sampler, row)
             sampled.append(token)
             self._record_probs(job, row, token)
             if i >= len(draft) or token != draft[i]:

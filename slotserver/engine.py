@@ -113,7 +113,21 @@ class Engine:
         code = lc.llama_decode(self.ctx, self._batch)
         if code != 0:
             raise DecodeError(code)
+        # llama_get_logits holds the output rows in batch order: row r is output _out_index[r]
+        self._out_index = np.cumsum(self._logits[:i], dtype=np.int64) - 1
+        self._n_outputs = int(self._out_index[-1]) + 1 if i else 0
         return rows
+
+    def argmax(self, rows: list[int]) -> list[int]:
+        """Greedy tokens at consecutive output ``rows``: one numpy pass instead of one sampler call per row.
+
+        Equal to llama.cpp's greedy sampler, which also keeps the first of equal maxima.
+        """
+        first, last = int(self._out_index[rows[0]]), int(self._out_index[rows[-1]])
+        assert last - first == len(rows) - 1, "rows must be consecutive outputs"
+        ptr = lc.llama_get_logits(self.ctx)
+        logits = np.ctypeslib.as_array(ptr, shape=(self._n_outputs, self.vocab.n_tokens))
+        return logits[first : last + 1].argmax(axis=1).tolist()
 
     def sample(self, sampler, row: int) -> int:
         """Sample (and accept into the sampler) the token at output ``row`` of the last decode."""

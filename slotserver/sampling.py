@@ -25,6 +25,11 @@ class SamplingParams:
         return self.temperature <= 0.0
 
     @property
+    def is_plain_greedy(self) -> bool:
+        """Greedy with no stateful sampler in the chain: the token is simply the argmax."""
+        return self.is_greedy and not self.has_penalties
+
+    @property
     def has_penalties(self) -> bool:
         return (
             self.repeat_last_n != 0
