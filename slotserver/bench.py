@@ -47,13 +47,16 @@ async def per_workload(http, url: str, workloads: list[dict], types: list[str], 
 
 
 async def concurrency(http, url: str, workloads: list[dict], n: int, spec: str) -> None:
+    """The same n requests one after another, then all at once: aggregate tokens/s of each."""
     chosen = [workloads[i % len(workloads)] for i in range(n)]
-    for streams in (1, n):
-        t0 = time.perf_counter()
-        outs = await asyncio.gather(*(complete(http, url, wl, spec) for wl in chosen[:streams]))
-        elapsed = time.perf_counter() - t0
-        tokens = sum(o["tokens_predicted"] for o in outs)
-        print(f"{streams} stream(s), {spec}: {tokens} tokens in {elapsed:.2f} s = {tokens / elapsed:.1f} t/s aggregate")
+    t0 = time.perf_counter()
+    outs = [await complete(http, url, wl, spec) for wl in chosen]
+    serial = sum(o["tokens_predicted"] for o in outs) / (time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    outs = await asyncio.gather(*(complete(http, url, wl, spec) for wl in chosen))
+    parallel = sum(o["tokens_predicted"] for o in outs) / (time.perf_counter() - t0)
+    print(f"{n} requests ({spec}): one stream {serial:.1f} t/s, {n} concurrent streams {parallel:.1f} t/s "
+          f"aggregate ({parallel / serial:.2f}x)")
 
 
 async def main_async(args) -> None:
@@ -65,7 +68,8 @@ async def main_async(args) -> None:
         await complete(http, args.url, workloads[0] | {"n_predict": 8}, "none")  # warm-up
         await per_workload(http, args.url, workloads, args.types.split(","), args.repeats)
         if args.concurrency > 1:
-            await concurrency(http, args.url, workloads, args.concurrency, args.types.split(",")[-1])
+            for spec in args.types.split(","):
+                await concurrency(http, args.url, workloads, args.concurrency, spec)
 
 
 def main() -> None:

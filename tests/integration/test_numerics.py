@@ -30,5 +30,7 @@ async def test_batched_logits_move_more_than_the_tie_bound(server):
         if a[0]["id"] in b and a[1]["id"] in b:
             moves.append(abs(gap_single - (b[a[0]["id"]] - b[a[1]["id"]])))
     print(f"top-2 logit gap moved by batching: {[round(m, 3) for m in moves]}")
-    # the tie bound is of the size one batched decode alone produces (speculation compounds it)
-    assert moves and TIE_LOGIT_GAP <= 2 * max(moves)
+    # One batched decode alone moves the gap by more than the 0.1 the issue first proposed, and by
+    # 0.2-0.37 depending on the batch and KV layout (speculation compounds it over a run): the tie
+    # bound must be of that order, not smaller.
+    assert moves and max(moves) > 0.1 and TIE_LOGIT_GAP < 4 * max(moves)
