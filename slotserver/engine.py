@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import llama_cpp as lc
 import numpy as np
 
-from slotserver.scheduler import BatchPlan
+from slotserver.scheduler import BatchPlan, reusable_prefix
 from slotserver.vocab_ops import Vocab
 
 log = logging.getLogger(__name__)
@@ -55,6 +55,7 @@ class Engine:
             raise RuntimeError(f"could not load model {config.model_path}")
         self.vocab = Vocab(self.model)
         self.n_ctx_train = lc.llama_model_n_ctx_train(self.model)
+        self.n_swa = lc.llama_model_n_swa(self.model)  # sliding-window attention span, 0 = none
         n_threads = config.n_threads or os.cpu_count() or 1
         cparams = lc.llama_context_default_params()
         cparams.n_ctx = config.n_ctx or self.n_ctx_train
@@ -149,17 +150,16 @@ class Engine:
             ids.append(extra)
         return [(t, float(logits[t] - lse)) for t in ids]
 
-    def top_logprobs(self, row: int, n: int, extra: int) -> list[tuple[int, float]]:
-        """The ``n`` most likely tokens at ``row`` plus token ``extra``, with log-softmax of the raw logits."""
-        logits = self.logits(row).astype(np.float64)
-        m = logits.max()
-        lse = m + np.log(np.exp(logits - m).sum())
-        top = np.argpartition(-logits, n)[:n]
-        top = top[np.argsort(-logits[top], kind="stable")]
-        ids = [int(t) for t in top]
-        if extra not in ids:
-            ids.append(extra)
-        return [(t, float(logits[t] - lse)) for t in ids]
+    def reusable_prefix(self, slot_id: int, n_keep: int) -> int:
+        """How much of the slot's first ``n_keep`` cached positions can really be reused.
+
+        llama.cpp recycles sliding-window cells that fell out of the window of the sequence's newest
+        token, so a long sequence loses its oldest SWA entries. Continuing after ``n_keep`` needs the
+        last ``n_swa`` of them; if they are gone, the prefix must be decoded again.
+        """
+        if n_keep <= 0 or self.n_swa <= 0:
+            return n_keep
+        return reusable_prefix(n_keep, lc.llama_memory_seq_pos_min(self.memory, slot_id), self.n_swa)
 
     def remove(self, slot_id: int, p0: int, p1: int = -1) -> None:
         """Drop KV entries of ``slot_id`` at positions [p0, p1) (p1 = -1: to the end)."""

@@ -128,6 +128,7 @@ class Runner:
         use_cache = self.cache_prompt and job.request.cache_prompt
         n_keep = common_prefix(slot.cache, job.prompt) if use_cache else 0
         n_keep = min(n_keep, len(job.prompt) - 1)  # at least one token is evaluated
+        n_keep = self.engine.reusable_prefix(slot.id, n_keep)
         self.engine.remove(slot.id, n_keep)
         del slot.cache[n_keep:]
         slot.pending = job.prompt[n_keep:]

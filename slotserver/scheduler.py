@@ -110,3 +110,14 @@ def draft_budget(n_ctx: int, n_cached: int, n_remaining: int, n_max: int) -> int
     if n_remaining >= 0:
         budget = min(budget, n_remaining - 1)
     return max(budget, 0)
+
+
+def reusable_prefix(n_keep: int, pos_min: int, n_swa: int) -> int:
+    """Cached prefix still usable when the sequence's SWA cache only holds positions >= ``pos_min``.
+
+    Tokens decoded after the prefix attend to its last ``n_swa`` positions in sliding-window layers,
+    so those must all be present; otherwise nothing is reused.
+    """
+    if n_keep <= 0 or n_swa <= 0 or pos_min <= max(0, n_keep - n_swa - 1):
+        return n_keep
+    return 0

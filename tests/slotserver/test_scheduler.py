@@ -1,7 +1,7 @@
 """Scheduler policy on plain values: batch planning, slot choice, draft budget (no model)."""
 
 from slotserver.scheduler import (
-    DecodeWork, IdleSlot, PrefillWork, common_prefix, draft_budget, pick_slot, plan_batch,
+    DecodeWork, IdleSlot, PrefillWork, common_prefix, draft_budget, pick_slot, plan_batch, reusable_prefix,
 )
 
 
@@ -50,3 +50,11 @@ def test_draft_budget_respects_context_and_n_predict():
     assert draft_budget(n_ctx=100, n_cached=50, n_remaining=-1, n_max=64) == 48
     assert draft_budget(n_ctx=1000, n_cached=50, n_remaining=5, n_max=64) == 4
     assert draft_budget(n_ctx=1000, n_cached=50, n_remaining=1, n_max=64) == 0
+
+
+def test_prefix_whose_sliding_window_entries_were_recycled_is_not_reused():
+    assert reusable_prefix(n_keep=600, pos_min=0, n_swa=512) == 600  # nothing recycled
+    assert reusable_prefix(n_keep=600, pos_min=80, n_swa=512) == 600  # lost only what no one needs
+    assert reusable_prefix(n_keep=600, pos_min=200, n_swa=512) == 0  # the window of position 600 is gone
+    assert reusable_prefix(n_keep=100, pos_min=5, n_swa=512) == 0
+    assert reusable_prefix(n_keep=100, pos_min=5, n_swa=0) == 100  # no sliding window: full layers only
