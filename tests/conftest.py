@@ -32,8 +32,8 @@ class LiveServer:
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
         await site.start()
-        port = site._server.sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
+        self.port = site._server.sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
         self.http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600))
         await self.state.loaded.wait()
         assert self.state.runner is not None, self.state.load_error
