@@ -105,11 +105,13 @@ async def _engine_ctx(app: web.Application):
 
 
 def create_app(config: ServerConfig) -> web.Application:
+    from slotserver.oai import setup_oai_routes
     from slotserver.routes import setup_routes
 
     app = web.Application(middlewares=[error_middleware], client_max_size=64 * 1024 * 1024)
     app[STATE] = State(config)
     setup_routes(app)
+    setup_oai_routes(app)
     if config.metrics:
         from slotserver.metrics import setup_metrics
 

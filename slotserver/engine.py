@@ -150,6 +150,25 @@ class Engine:
             ids.append(extra)
         return [(t, float(logits[t] - lse)) for t in ids]
 
+    def chat_prompt(self, messages: list[tuple[str, str]]) -> str:
+        """Render (role, content) messages with the model's chat template (ChatML if it has none),
+        ending with the assistant's turn, as llama.cpp's ``llama_chat_apply_template``."""
+        template = lc.llama_model_chat_template(self.model, None)
+        arr = (lc.llama_chat_message * len(messages))()
+        keep = []  # the C strings must outlive the call
+        for i, (role, content) in enumerate(messages):
+            keep += [role.encode(), content.encode()]
+            arr[i].role, arr[i].content = keep[-2], keep[-1]
+        size = 4096 + 2 * sum(len(c) for c in keep)
+        buf = ctypes.create_string_buffer(size)
+        n = lc.llama_chat_apply_template(template, arr, len(messages), True, buf, size)
+        if n < 0:
+            raise ValueError("the model's chat template is not supported")
+        if n > size:
+            buf = ctypes.create_string_buffer(n)
+            n = lc.llama_chat_apply_template(template, arr, len(messages), True, buf, n)
+        return buf.raw[:n].decode("utf-8", errors="replace")
+
     def reusable_prefix(self, slot_id: int, n_keep: int) -> int:
         """How much of the slot's first ``n_keep`` cached positions can really be reused.
 

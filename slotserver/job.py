@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from dataclasses import dataclass, field
 
 from slotserver.chain import DraftLimits
@@ -32,7 +33,9 @@ class Job:
     limits: DraftLimits  # draft bounds for this request (server defaults or speculative.*)
     text: TextStream
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
     id_slot: int = -1
+    n_events_sent: int = 0  # events a streaming handler has written so far
     is_cancelled: bool = False
     is_done: bool = False
     generated: list[int] = field(default_factory=list)

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from typing import Callable
 
 from aiohttp import web
 
 from slotserver.app import STATE, State, json_response
 from slotserver.chain import DraftLimits
 from slotserver.errors import BadRequest, NotSupported, PromptTooLong, ServerError
-from slotserver.job import Job
+from slotserver.job import Event, Job
 from slotserver.request import CompletionRequest, parse_completion
 from slotserver.responses import final_body, partial_body
 from slotserver.runner import Runner
@@ -61,48 +63,86 @@ def default_limits(state: State) -> DraftLimits:
     return DraftLimits(n_max=state.config.spec.n_max)
 
 
-async def completion(request: web.Request) -> web.StreamResponse:
-    state = request.app[STATE]
+@dataclass(frozen=True, slots=True)
+class Formatter:
+    """How one API shapes a job's output: the whole body, and the SSE events of a stream."""
+
+    body: Callable[[State, Job], dict]
+    events: Callable[[State, Job, Event], list[dict]]
+    done_marker: bool  # OpenAI streams end with "data: [DONE]"
+
+
+def native_body(state: State, job: Job) -> dict:
+    return final_body(job, state.config.model_name, generation_settings(state, job.request),
+                      state.ready().engine.vocab.piece)
+
+
+def native_events(state: State, job: Job, event: Event) -> list[dict]:
+    if not event.final:
+        return [partial_body(job, event)]
+    body = native_body(state, job)
+    body["content"] = event.text
+    if job.request.return_tokens:
+        body["tokens"] = list(event.tokens)
+    return [body]
+
+
+NATIVE = Formatter(native_body, native_events, done_marker=False)
+
+
+def submit(state: State, body: dict) -> Job:
+    """Validate, tokenize and queue a completion request."""
     runner = state.ready()
     cfg = state.config
     seed_default = cfg.seed & 0xFFFFFFFF if cfg.seed >= 0 else DEFAULT_SEED
-    req = parse_completion(await read_json(request), cfg.n_predict, seed_default)
+    req = parse_completion(body, cfg.n_predict, seed_default)
     prompt = tokenize_prompt(runner, req.prompt)
     if len(prompt) >= runner.engine.n_ctx:
         raise PromptTooLong(len(prompt), runner.engine.n_ctx)
     limits = req.spec if req.spec is not None else default_limits(state)
     job = Job(req, prompt, limits, TextStream(req.stop, req.n_indent))
     runner.submit(job)
+    return job
+
+
+async def run_completion(request: web.Request, body: dict, fmt: Formatter) -> web.StreamResponse:
+    state = request.app[STATE]
+    job = submit(state, body)
     try:
-        if req.stream:
-            return await _stream(request, state, job)
+        if job.request.stream:
+            return await _stream(request, state, job, fmt)
         while not (event := await job.events.get()).final:
             pass
         if event.error is not None:
             raise ServerError(f"generation failed: {event.error}")
-        return json_response(final_body(job, state.config.model_name, generation_settings(state, req), runner.engine.vocab.piece))
+        return json_response(fmt.body(state, job))
     finally:
         if not job.is_done:
-            runner.cancel(job)
+            state.ready().cancel(job)
 
 
-async def _stream(request: web.Request, state: State, job: Job) -> web.StreamResponse:
+async def completion(request: web.Request) -> web.StreamResponse:
+    return await run_completion(request, await read_json(request), NATIVE)
+
+
+def _sse(body) -> bytes:
+    return b"data: " + json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+
+
+async def _stream(request: web.Request, state: State, job: Job, fmt: Formatter) -> web.StreamResponse:
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await resp.prepare(request)
     while True:
         event = await job.events.get()
         if event.error is not None:
-            body = ServerError(f"generation failed: {event.error}").to_json()
-        elif event.final:
-            body = final_body(job, state.config.model_name, generation_settings(state, job.request),
-                              state.ready().engine.vocab.piece)
-            body["content"] = event.text
-            if job.request.return_tokens:
-                body["tokens"] = list(event.tokens)
-        else:
-            body = partial_body(job, event)
-        await resp.write(b"data: " + json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n")
+            await resp.write(_sse(ServerError(f"generation failed: {event.error}").to_json()))
+            break
+        for body in fmt.events(state, job, event):
+            await resp.write(_sse(body))
+        job.n_events_sent += 1
         if event.final:
+            if fmt.done_marker:
+                await resp.write(b"data: [DONE]\n\n")
             break
     await resp.write_eof()
     return resp

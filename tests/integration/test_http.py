@@ -10,6 +10,8 @@ import pytest
 from tests.conftest import ALL_TYPES
 
 SMALL = {"prompt": "The capital of France is", "n_predict": 8, "temperature": 0.0}
+# Two runs compared token for token must be computed the same way: no cache reuse, no drafts.
+SAME_PATH = {"cache_prompt": False, "speculative.type": "none"}
 
 
 @pytest.mark.parametrize("body", [
@@ -53,16 +55,17 @@ async def test_second_identical_prompt_reuses_the_cache(server):
 
 
 async def test_stop_string_ends_the_text(server):
-    plain = await server.complete(**{**SMALL, "n_predict": 16})
+    plain = await server.complete(**{**SMALL, **SAME_PATH, "n_predict": 16})
     word = plain["content"].strip().split()[1]
-    out = await server.complete(**{**SMALL, "n_predict": 16, "stop": [word]})
+    out = await server.complete(**{**SMALL, **SAME_PATH, "n_predict": 16, "stop": [word]})
     assert out["stop_type"] == "word" and out["stopping_word"] == word and word not in out["content"]
 
 
 async def test_streaming_sends_partials_then_a_final_chunk_with_the_same_text(server):
-    plain = await server.complete(**{**SMALL, "n_predict": 24})
+    plain = await server.complete(**{**SMALL, **SAME_PATH, "n_predict": 24})
     chunks = []
-    async with server.http.post(server.url + "/completion", json={**SMALL, "n_predict": 24, "stream": True}) as resp:
+    body = {**SMALL, **SAME_PATH, "n_predict": 24, "stream": True}
+    async with server.http.post(server.url + "/completion", json=body) as resp:
         assert resp.headers["Content-Type"].startswith("text/event-stream")
         async for line in resp.content:
             if line.startswith(b"data: "):
