@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from ngram.cache import NgramCacheConfig
@@ -67,6 +68,4 @@ class ServerConfig:
 
     @property
     def model_name(self) -> str:
-        import os
-
         return self.alias or os.path.basename(self.engine.model_path)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 from dataclasses import dataclass
 
 import llama_cpp as lc
@@ -44,8 +45,6 @@ class DecodeError(RuntimeError):
 
 class Engine:
     def __init__(self, config: EngineConfig) -> None:
-        import os
-
         self.config = config
         lc.llama_backend_init()
         mparams = lc.llama_model_default_params()

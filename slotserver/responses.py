@@ -42,7 +42,7 @@ def final_body(job: Job, model: str, generation_settings: dict, vocab_piece=None
     req = job.request
     body = {
         "index": 0,
-        "content": job.text.text if not req.stream else "",
+        "content": job.text.text,
         "tokens": list(job.generated) if req.return_tokens else [],
         "id_slot": job.id_slot,
         "stop": True,
