@@ -1,6 +1,8 @@
 """Parse and validate a llama.cpp-style completion request body into typed values.
 
 Every problem raises ``BadRequest`` with a message naming the field; nothing here touches the model.
+Every number is bounded (finite, in range) here, so no request can overflow a C type, size a huge
+allocation or make the shared engine step raise later.
 """
 
 from __future__ import annotations
@@ -15,6 +17,30 @@ from slotserver.sampling import DEFAULT_SEED, SamplingParams
 # Prompt pieces: str is tokenized (specials parsed), int is a token id.
 PromptPieces = list["str | int"]
 SPEC_TYPES = ("none", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache", "draft")
+
+
+# Bounds on numeric fields. Each value ends up in a C int/float via ctypes or in an allocation
+# sized by it, so anything outside is rejected here with the field named, not overflowed later.
+INT_MAX = 2**31 - 1  # llama.cpp's C ``int32_t``: the widest integer any of these fields is passed as
+SEED_MAX = 2**64 - 1  # OpenAI clients send 64-bit seeds; only the low 32 bits reach llama.cpp (uint32)
+FLOAT_ABS_MAX = 1e9  # far beyond any meaningful temperature/penalty, and times n_ctx still finite in float32
+N_PROBS_MAX = 100  # n_probs above this (or >= n_vocab) is clamped silently, as llama.cpp caps it; a
+# larger top-n per token is a client bug, and the top-n is computed inside the shared engine step
+SPEC_N_MAX = 1024  # speculative.n_max/n_min: 16x the default n_max; a draft is verified in the shared batch
+# Stop strings: llama.cpp has no limit, OpenAI allows 4. 16 covers every chat template's end markers
+# with room to spare; 256 characters covers multi-line markers, and bounds both the automaton built
+# per request (<= 4096 nodes) and the text a stream withholds as a possible partial stop (< 256).
+MAX_STOP_STRINGS = 16
+MAX_STOP_LEN = 256
+_INF = float("inf")
+
+
+@dataclass(frozen=True, slots=True)
+class RequestBounds:
+    """The loaded model's limits some fields are checked against (defaults for callers without a model)."""
+
+    n_ctx: int = 8192  # repeat_last_n is in [-1, n_ctx], -1 meaning n_ctx; default: --ctx-size's
+    n_vocab: int = 262144  # n_probs stays below it; default: the bundled Gemma 3's vocabulary
 
 
 @dataclass(slots=True)
@@ -34,21 +60,34 @@ class CompletionRequest:
     spec: DraftLimits | None = None  # None: the server's defaults
 
 
-def _number(body: dict, key: str, default: Any, kind: type, lo: float | None = None) -> Any:
+def _show(bound: float) -> str:
+    return f"{bound:g}" if isinstance(bound, float) else str(bound)
+
+
+def _number(
+    body: dict, key: str, default: Any, kind: type, lo: float | None = None, hi: float | None = None,
+    *, note: str = "",
+) -> Any:
+    """``body[key]`` as ``kind`` within [lo, hi] (default: a C int32, or +-FLOAT_ABS_MAX); NaN/inf rejected."""
     value = body.get(key)
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise BadRequest(f"'{key}' must be a number")
+    if isinstance(value, float) and (value != value or abs(value) == _INF):  # NaN is unequal to itself
+        raise BadRequest(f"'{key}' must be a finite number")
     if kind is int:
         if isinstance(value, float) and not value.is_integer():
             raise BadRequest(f"'{key}' must be an integer")
-        value = int(value)
+        lo = -INT_MAX - 1 if lo is None else lo
+        hi = INT_MAX if hi is None else hi
     else:
-        value = float(value)
-    if lo is not None and value < lo:
-        raise BadRequest(f"'{key}' must be >= {lo}")
-    return value
+        lo = -FLOAT_ABS_MAX if lo is None else lo
+        hi = FLOAT_ABS_MAX if hi is None else hi
+    # Compared before converting: float() of a huge int raises OverflowError.
+    if not lo <= value <= hi:
+        raise BadRequest(f"'{key}' must be between {_show(lo)} and {_show(hi)}{note}")
+    return int(value) if kind is int else float(value)
 
 
 def _bool(body: dict, key: str, default: bool) -> bool:
@@ -82,6 +121,10 @@ def _stop(body: dict) -> list[str]:
         value = [value]
     if not isinstance(value, list) or not all(isinstance(s, str) for s in value):
         raise BadRequest("'stop' must be a string or a list of strings")
+    if len(value) > MAX_STOP_STRINGS:
+        raise BadRequest(f"'stop' must hold at most {MAX_STOP_STRINGS} strings (got {len(value)})")
+    if any(len(s) > MAX_STOP_LEN for s in value):
+        raise BadRequest(f"'stop' strings must be at most {MAX_STOP_LEN} characters long")
     return [s for s in value if s]
 
 
@@ -94,15 +137,23 @@ def _response_fields(body: dict) -> list[str]:
     return value
 
 
-def parse_sampling(body: dict, seed_default: int = DEFAULT_SEED) -> SamplingParams:
-    seed = _number(body, "seed", -1, int, lo=-1)
+def parse_sampling(
+    body: dict, seed_default: int = DEFAULT_SEED, *, bounds: RequestBounds = RequestBounds()
+) -> SamplingParams:
+    seed = _number(body, "seed", -1, int, lo=-1, hi=SEED_MAX)
+    repeat_penalty = _number(body, "repeat_penalty", 1.0, float)
+    if repeat_penalty <= 0:  # llama.cpp divides positive logits by it: 0 gives inf logits, then NaN probabilities
+        raise BadRequest("'repeat_penalty' must be > 0")
+    repeat_last_n = _number(body, "repeat_last_n", 64, int, lo=-1, hi=bounds.n_ctx, note=" (the context size)")
     return SamplingParams(
         temperature=_number(body, "temperature", 0.8, float),
-        top_k=_number(body, "top_k", 40, int),
-        top_p=_number(body, "top_p", 0.95, float),
-        min_p=_number(body, "min_p", 0.05, float),
-        repeat_last_n=_number(body, "repeat_last_n", 64, int, lo=-1),
-        repeat_penalty=_number(body, "repeat_penalty", 1.0, float),
+        top_k=_number(body, "top_k", 40, int, lo=0),  # 0: off
+        top_p=_number(body, "top_p", 0.95, float, lo=0.0, hi=1.0),
+        min_p=_number(body, "min_p", 0.05, float, lo=0.0, hi=1.0),
+        # -1 means the whole context, as llama.cpp; resolved here so the sampler gets a concrete window
+        # (passed as -1, llama.cpp's penalties sampler clamps it to 0 and silently drops the penalties).
+        repeat_last_n=bounds.n_ctx if repeat_last_n == -1 else repeat_last_n,
+        repeat_penalty=repeat_penalty,
         presence_penalty=_number(body, "presence_penalty", 0.0, float),
         frequency_penalty=_number(body, "frequency_penalty", 0.0, float),
         seed=seed_default if seed == -1 else seed & 0xFFFFFFFF,
@@ -123,9 +174,9 @@ def parse_spec(body: dict) -> DraftLimits | None:
         return None
     defaults = DraftLimits()
     limits = DraftLimits(
-        n_max=_number(values, "n_max", defaults.n_max, int, lo=0),
-        n_min=_number(values, "n_min", defaults.n_min, int, lo=0),
-        p_min=_number(values, "p_min", defaults.p_min, float, lo=0),
+        n_max=_number(values, "n_max", defaults.n_max, int, lo=0, hi=SPEC_N_MAX),
+        n_min=_number(values, "n_min", defaults.n_min, int, lo=0, hi=SPEC_N_MAX),
+        p_min=_number(values, "p_min", defaults.p_min, float, lo=0.0, hi=1.0),
     )
     kind = values.get("type", values.get("types"))
     if kind is not None:
@@ -139,16 +190,23 @@ def parse_spec(body: dict) -> DraftLimits | None:
     return limits
 
 
-def parse_completion(body: Any, n_predict_default: int = -1, seed_default: int = DEFAULT_SEED) -> CompletionRequest:
+def parse_completion(
+    body: Any,
+    n_predict_default: int = -1,
+    seed_default: int = DEFAULT_SEED,
+    *,
+    bounds: RequestBounds = RequestBounds(),
+) -> CompletionRequest:
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
     if "prompt" not in body:
         raise BadRequest("'prompt' is required")
     n_predict = body.get("n_predict", body.get("max_tokens", body.get("max_completion_tokens")))
     n_predict = _number({"n_predict": n_predict}, "n_predict", n_predict_default, int, lo=-1)
+    n_probs = _number(body, "n_probs", 0, int, lo=0)
     return CompletionRequest(
         prompt=parse_prompt(body["prompt"]),
-        sampling=parse_sampling(body, seed_default),
+        sampling=parse_sampling(body, seed_default, bounds=bounds),
         n_predict=n_predict,
         stream=_bool(body, "stream", False),
         stop=_stop(body),
@@ -157,7 +215,8 @@ def parse_completion(body: Any, n_predict_default: int = -1, seed_default: int =
         response_fields=_response_fields(body),
         return_tokens=_bool(body, "return_tokens", False),
         n_indent=_number(body, "n_indent", 0, int, lo=0),
-        t_max_predict_ms=_number(body, "t_max_predict_ms", -1, int),
-        n_probs=_number(body, "n_probs", 0, int, lo=0),
+        t_max_predict_ms=_number(body, "t_max_predict_ms", -1, int, lo=-1),
+        # Clamped, not rejected (see N_PROBS_MAX); below n_vocab since the top-n partitions the logits.
+        n_probs=min(n_probs, N_PROBS_MAX, max(bounds.n_vocab - 1, 0)),
         spec=parse_spec(body),
     )
