@@ -2,11 +2,15 @@
 
 While streaming, text that could be the start of a stop string is withheld until it is
 disambiguated (as llama.cpp's server does), so a client never sees part of a stop string.
+Stop strings are found by an Aho–Corasick automaton (``stopmatch``) fed only the new characters of
+each piece, so a step costs the same however many stop strings there are and however long the text.
 """
 
 from __future__ import annotations
 
 import codecs
+
+from slotserver.stopmatch import StopMatcher
 
 
 class TextStream:
@@ -16,29 +20,29 @@ class TextStream:
         self.text = ""
         self.stopping_word = ""
         self.n_sent = 0  # characters already handed to the client
-        self._n_checked = 0  # characters already searched for stop strings
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._max_stop = max((len(s) for s in stops), default=0)
+        self._matcher = StopMatcher(stops)
 
     def push(self, piece: bytes) -> bool:
         """Append one token's bytes; True if a stop string or the indent rule ends the text."""
-        self.text += self._decoder.decode(piece)
-        return self._check_stop() or self._check_indent()
+        new = self._decoder.decode(piece)
+        base = len(self.text)
+        self.text += new
+        return self._check_stop(new, base) or self._check_indent()
 
-    def _check_stop(self) -> bool:
-        if not self.stops:
+    def _check_stop(self, new: str, base: int) -> bool:
+        """The earliest-starting stop string ending in the new characters cuts the text before it."""
+        hit = self._matcher.feed(new, base)
+        if hit is None:
             return False
-        start = max(0, self._n_checked - self._max_stop + 1)
-        best = -1
-        for stop in self.stops:
-            pos = self.text.find(stop, start)
-            if pos != -1 and (best == -1 or pos < best):
-                best, self.stopping_word = pos, stop
-        self._n_checked = len(self.text)
-        if best == -1:
-            return False
-        self.text = self.text[:best]
+        start, index = hit
+        self.stopping_word = self.stops[index]
+        self._cut(start)
         return True
+
+    def _cut(self, end: int) -> None:
+        self.text = self.text[:end]
+        self._matcher.reset(self.text)  # its state described the text before the cut
 
     def _check_indent(self) -> bool:
         """llama.cpp's n_indent rule: a new line indented less than n_indent ends the completion."""
@@ -51,7 +55,7 @@ class TextStream:
         indent = len(line) - len(line.lstrip(" \t"))
         if indent == len(line) or indent >= self.n_indent:
             return False  # still only whitespace, or indented enough
-        self.text = self.text[: nl + 1]
+        self._cut(nl + 1)
         return True
 
     def has_new_line(self) -> bool:
@@ -61,19 +65,9 @@ class TextStream:
         """Text not yet sent; without ``final`` a trailing partial stop-string match is withheld."""
         end = len(self.text)
         if not final:
-            end -= self._partial_stop_len()
+            end -= self._matcher.withheld
         if end <= self.n_sent:
             return ""
         out = self.text[self.n_sent : end]
         self.n_sent = end
         return out
-
-    def _partial_stop_len(self) -> int:
-        """Length of the longest suffix of the text that is a proper prefix of a stop string."""
-        best = 0
-        for stop in self.stops:
-            for n in range(min(len(stop) - 1, len(self.text)), best, -1):
-                if self.text.endswith(stop[:n]):
-                    best = n
-                    break
-        return best

@@ -40,3 +40,50 @@ def test_n_indent_stops_at_a_less_indented_line():
     assert not ts.push(b"  ")  # only whitespace so far: undecided
     assert ts.push(b"z")
     assert ts.text == "x = 1\n    y = 2\n"
+
+
+def test_earliest_starting_stop_wins_even_if_it_ends_later():
+    ts = TextStream(["bc", "abcd"])
+    assert ts.push(b"xabcdy")
+    assert ts.text == "x" and ts.stopping_word == "abcd"  # "bc" ends first but starts later
+
+
+def test_stops_starting_at_the_same_place_resolve_in_list_order():
+    for stops, word in ((["ab", "a"], "ab"), (["a", "ab"], "a")):
+        ts = TextStream(stops)
+        assert ts.push(b"xab") and ts.text == "x" and ts.stopping_word == word
+
+
+def test_a_stop_can_start_in_text_already_sent():
+    ts = TextStream(["<|end|>"])
+    ts.push(b"hi <|e")
+    assert ts.take(final=False) == "hi "
+    assert ts.push(b"nd|> trailing")
+    assert ts.text == "hi " and ts.take(final=True) == ""
+
+
+def test_withheld_text_is_only_the_longest_partial_stop():
+    ts = TextStream(["abab", "xyz"])
+    ts.push(b"ab ab")
+    assert ts.take(final=False) == "ab "  # "ab" may start "abab"
+    ts.push(b"a")  # "aba": its suffix "aba" may still start "abab"
+    assert ts.take(final=False) == ""
+    ts.push(b"c")
+    assert ts.take(final=False) == "abac"
+
+
+def test_partial_stop_after_an_indent_cut_is_about_the_cut_text():
+    ts = TextStream(["\n\n"], n_indent=2)
+    ts.push(b"  a\n")
+    assert ts.take(final=False) == "  a"  # "\n" may start "\n\n"
+    assert ts.push(b"b")  # a line indented less than 2: the text is cut after the newline
+    assert ts.text == "  a\n" and ts.take(final=False) == ""  # still withheld: the cut text ends in "\n"
+    assert ts.take(final=True) == "\n"
+
+
+def test_stop_made_of_multibyte_characters_split_over_tokens():
+    ts = TextStream(["é!"])
+    data = "aé!".encode()
+    assert not ts.push(data[:2])
+    assert not ts.push(data[2:3])
+    assert ts.push(data[3:]) and ts.text == "a"
