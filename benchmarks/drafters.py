@@ -16,22 +16,12 @@ import statistics
 import time
 import tracemalloc
 
-from ngram.cache import NgramCacheDrafter
-from ngram.map_k import NgramMapK, NgramMapK4v
-from ngram.mod import NgramMod
-from ngram.simple import NgramSimple
+from slotserver.drafter_types import BY_NAME
 
 VOCAB = 50_000
 COPY_PROB = 0.35  # share of segments that repeat an earlier span
 N_MAX = 16
 
-DRAFTERS = {
-    "ngram_simple": NgramSimple,
-    "ngram_map_k": NgramMapK,
-    "ngram_map_k4v": NgramMapK4v,
-    "ngram_mod": NgramMod,
-    "ngram_cache": NgramCacheDrafter,
-}
 
 
 def synthetic_stream(n_tokens: int, seed: int = 0) -> list[int]:
@@ -52,7 +42,7 @@ def run(name: str, stream: list[int], prompt_len: int, steps: int) -> dict:
     history = stream[:prompt_len]
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
-    drafter = DRAFTERS[name]()
+    drafter = BY_NAME[name].cls(BY_NAME[name].default_config())
     t0 = time.perf_counter()
     drafter.begin(0, history)
     t_begin = time.perf_counter() - t0
@@ -95,7 +85,7 @@ def main() -> None:
     stream = synthetic_stream(max(args.lengths) + 4 * args.steps * N_MAX)
     print(f"{'drafter':<14} {'L':>6} {'p50 µs':>8} {'p99 µs':>8} {'begin ms':>9} {'drafted':>8} {'accepted':>8} {'mem MiB':>8}")
     for length in args.lengths:
-        for name in DRAFTERS:
+        for name in BY_NAME:
             r = run(name, stream, length, args.steps)
             print(
                 f"{name:<14} {length:>6} {r['p50_us']:>8.1f} {r['p99_us']:>8.1f} {r['begin_ms']:>9.1f} "

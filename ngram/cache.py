@@ -130,7 +130,6 @@ class SlotCache:
 
 
 class NgramCacheDrafter:
-    name = "ngram_cache"
 
     def __init__(
         self,

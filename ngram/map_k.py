@@ -24,7 +24,6 @@ from ngram.windows import window_hash32
 
 
 class _NgramMapDrafter:
-    name = "ngram_map"
     key_only = True
 
     def __init__(self, config: NgramMapConfig | None = None) -> None:
@@ -88,12 +87,10 @@ class _NgramMapDrafter:
 
 
 class NgramMapK(_NgramMapDrafter):
-    name = "ngram_map_k"
     key_only = True
 
 
 class NgramMapK4v(_NgramMapDrafter):
-    name = "ngram_map_k4v"
     key_only = False
 
     def _choose_value(self, st: MapState, entry: MapKey, key: list[int], key_hash: int, match_pos: int) -> int:

@@ -43,7 +43,6 @@ class SlotInfo:
 
 
 class NgramMod:
-    name = "ngram_mod"
 
     def __init__(self, config: NgramModConfig | None = None, pool_size: int = POOL_SIZE) -> None:
         self.config = config or NgramModConfig()

@@ -12,7 +12,7 @@ from typing import Protocol, Sequence
 class Drafter(Protocol):
     """A draft proposer. The chain calls it; it never decodes, samples or counts anything itself."""
 
-    name: str  # implementation label, e.g. "ngram_mod" (used in stats and metric labels)
+    # No name attribute: the registry (slotserver/drafter_types.py) names every drafter.
 
     def begin(self, slot: int, prompt: Sequence[int]) -> None:
         """A slot finished processing ``prompt`` (all tokens now in the KV cache) and starts generating."""

@@ -23,7 +23,6 @@ from ngram.windows import TokenWindows, window_hash32
 
 
 class NgramSimple:
-    name = "ngram_simple"
 
     def __init__(self, config: NgramMapConfig | None = None) -> None:
         self.config = config or NgramMapConfig()

@@ -3,20 +3,24 @@
 After llama.cpp ``common_speculative_draft`` / ``common_speculative_accept``: the first drafter that
 returns a non-empty draft for a slot wins that step; after verification the winner hears
 ``accept(n, is_other=False)`` and every other drafter ``accept(n, is_other=True)``. Drafters only
-draft; all counting and timing happens here, into ``DrafterStats``.
+draft; all counting and timing happens here, into ``DrafterStats``, keyed by the drafter's type name.
+
+The chain learns from what was verified, not from what was proposed: the batch may cut a draft
+to fit, so ``accept`` is told the verified length, and counters, back-off and the length cap use it.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from ngram.protocol import Drafter
+from slotserver.drafter_types import BY_NAME, RANK
 from slotserver.stats import DrafterStats
 
-# Precedence of the known drafter types, first wins (llama.cpp's order).
-PRECEDENCE = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache", "draft")
+if TYPE_CHECKING:  # annotations only: the chain stays importable without llama.cpp
+    from slotserver.config import SpecConfig
 
 # A verified draft fails when fewer than this share of its tokens (and at least one) was accepted:
 # verifying costs batch time, so a drafter that keeps failing makes generation slower.
@@ -67,12 +71,17 @@ class DraftLimits:
 
 
 class DraftChain:
+    """Owned by the engine thread, like the drafters it holds."""
+
     def __init__(self, drafters: Sequence[tuple[str, Drafter]]) -> None:
-        order = {t: i for i, t in enumerate(PRECEDENCE)}
-        self.drafters = sorted(drafters, key=lambda td: order[td[0]])  # (type, drafter)
-        self.stats = {d.name: DrafterStats() for _, d in self.drafters}
-        self._last: dict[int, tuple[Drafter, int] | None] = {}  # slot -> (winner, draft length)
+        self.drafters = sorted(drafters, key=lambda td: RANK[td[0]])  # (type name, drafter), precedence order
+        self.stats = {name: DrafterStats() for name, _ in self.drafters}
+        self._last: dict[int, str | None] = {}  # slot -> type name of the last draft's winner
         self._backoff: dict[tuple[int, str], Backoff] = {}
+
+    @classmethod
+    def from_spec(cls, spec: SpecConfig) -> DraftChain:
+        return cls([(name, BY_NAME[name].make(spec)) for name in spec.types])
 
     @property
     def types(self) -> list[str]:
@@ -80,9 +89,9 @@ class DraftChain:
 
     def begin(self, slot: int, prompt: Sequence[int]) -> None:
         self._last[slot] = None
-        for _, d in self.drafters:
-            self._backoff[(slot, d.name)] = Backoff()
-            st = self.stats[d.name]
+        for name, d in self.drafters:
+            self._backoff[(slot, name)] = Backoff()
+            st = self.stats[name]
             t0 = time.perf_counter()
             d.begin(slot, prompt)
             st.t_begin_s.observe(time.perf_counter() - t0)
@@ -92,11 +101,11 @@ class DraftChain:
         self._last[slot] = None
         if limits.n_max <= 0:
             return []
-        for dtype, d in self.drafters:
-            if limits.types is not None and dtype not in limits.types:
+        for name, d in self.drafters:
+            if limits.types is not None and name not in limits.types:
                 continue
-            st = self.stats[d.name]
-            backoff = self._backoff.setdefault((slot, d.name), Backoff())
+            st = self.stats[name]
+            backoff = self._backoff.setdefault((slot, name), Backoff())
             if backoff.n_skip > 0:
                 backoff.n_skip -= 1
                 st.n_skipped += 1
@@ -110,26 +119,28 @@ class DraftChain:
                 tokens = tokens[:n_max]
             if not tokens or len(tokens) < limits.n_min:
                 continue
-            self._last[slot] = (d, len(tokens))
-            st.n_gen_drafts += 1
-            st.n_gen_tokens += len(tokens)
+            self._last[slot] = name
             return tokens
         return []
 
-    def accept(self, slot: int, n_accepted: int) -> None:
-        """Report how many tokens of the slot's last draft were accepted (only after a draft)."""
-        last = self._last.pop(slot, None)
-        if last is None:
+    def accept(self, slot: int, n_verified: int, n_accepted: int) -> None:
+        """The slot's last draft was verified: ``n_verified`` of its tokens went into the batch
+        (the batch may have cut it) and the first ``n_accepted`` of those were accepted.
+
+        Counters, back-off and the length cap learn from the verified tokens only.
+        """
+        assert 0 <= n_accepted <= n_verified
+        winner = self._last.pop(slot, None)
+        if winner is None or n_verified == 0:
             assert n_accepted == 0
             return
-        winner, n_draft = last
-        self._backoff[(slot, winner.name)].update(n_draft, n_accepted)
-        st = self.stats[winner.name]
+        st = self.stats[winner]
+        st.n_gen_drafts += 1
+        st.n_gen_tokens += n_verified
+        self._backoff[(slot, winner)].update(n_verified, n_accepted)
         t0 = time.perf_counter()
-        winner.accept(slot, n_accepted, False)
-        for _, d in self.drafters:
-            if d is not winner:
-                d.accept(slot, n_accepted, True)
+        for name, d in self.drafters:
+            d.accept(slot, n_accepted, name != winner)
         st.t_accept_s.observe(time.perf_counter() - t0)
         st.add_accepted(n_accepted)
 

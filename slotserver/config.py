@@ -8,9 +8,8 @@ from dataclasses import dataclass, field
 from ngram.cache import NgramCacheConfig
 from ngram.map_state import NgramMapConfig
 from ngram.mod import NgramModConfig
+from slotserver.drafter_types import BY_NAME
 from slotserver.engine import EngineConfig
-
-DRAFTER_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +29,7 @@ class SpecConfig:
 
     def __post_init__(self) -> None:
         for t in self.types:
-            if t not in DRAFTER_TYPES:
+            if t not in BY_NAME:
                 raise ValueError(f"unknown speculative type: {t}")
         if self.lookup_format not in ("llamacpp", "msgpack"):
             raise ValueError(f"unknown lookup cache format: {self.lookup_format}")
@@ -38,14 +37,7 @@ class SpecConfig:
     @property
     def n_max(self) -> int:
         """Longest draft any configured drafter may propose."""
-        longest = {
-            "ngram-mod": self.ngram_mod.n_max,
-            "ngram-simple": self.ngram_simple.size_m,
-            "ngram-map-k": self.ngram_map_k.size_m,
-            "ngram-map-k4v": self.ngram_map_k4v.size_m,
-            "ngram-cache": self.ngram_cache.n_draft,
-        }
-        return max((longest[t] for t in self.types), default=0)
+        return max((BY_NAME[t].max_draft(BY_NAME[t].config(self)) for t in self.types), default=0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,9 +21,7 @@ from typing import Sequence, TextIO
 from ngram.cache import NgramCacheDrafter
 from ngram.cache_data import NGRAM_STATIC, NgramCache, ngram_size
 from ngram.cachefile import FORMAT_LLAMACPP, FORMAT_MSGPACK, FORMATS, load_cache, save_cache
-from ngram.map_k import NgramMapK, NgramMapK4v
-from ngram.mod import NgramMod
-from ngram.simple import NgramSimple
+from slotserver.drafter_types import DRAFTER_TYPES
 from slotserver.ngram_replay import replay
 
 PROGRESS_CHUNK = 1 << 20  # tokens counted between progress-bar updates
@@ -64,7 +62,7 @@ def cmd_create(args: argparse.Namespace) -> int:
     cache = build_static(tokens)
     fingerprint = None
     if args.format == FORMAT_MSGPACK:
-        from slotserver.vocab import vocab_fingerprint
+        from slotserver.fingerprint import vocab_fingerprint
 
         fingerprint = vocab_fingerprint(args.model)
     save_cache(cache, args.output, args.format, fingerprint)
@@ -114,20 +112,19 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def make_drafters(static: NgramCache) -> dict[str, object]:
-    return {
-        "ngram-mod": NgramMod(),
-        "ngram-simple": NgramSimple(),
-        "ngram-map-k": NgramMapK(),
-        "ngram-map-k4v": NgramMapK4v(),
-        "ngram-cache": NgramCacheDrafter(static=static),
-    }
+    """Every registered drafter with its default configuration; ngram-cache also gets ``static``."""
+    out = {}
+    for t in DRAFTER_TYPES:
+        extra = {"static": static} if t.cls is NgramCacheDrafter else {}
+        out[t.name] = t.cls(t.default_config(), **extra)
+    return out
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
     tokens = tokenize_file(args.model, args.file)
     static = NgramCache()
     if args.lookup_cache_static:
-        from slotserver.vocab import vocab_fingerprint
+        from slotserver.fingerprint import vocab_fingerprint
 
         static = load_cache(args.lookup_cache_static, vocab_fingerprint(args.model)).cache
     print(f"{len(tokens)} tokens, n_ctx {args.ctx_size}, n_draft {args.n_draft}")

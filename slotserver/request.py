@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slotserver.chain import DraftLimits
+from slotserver.drafter_types import parse_types
 from slotserver.errors import BadRequest
 from slotserver.sampling import DEFAULT_SEED, SamplingParams
 
 # Prompt pieces: str is tokenized (specials parsed), int is a token id.
 PromptPieces = list["str | int"]
-SPEC_TYPES = ("none", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache", "draft")
 
 
 # Bounds on numeric fields. Each value ends up in a C int/float via ctypes or in an allocation
@@ -147,7 +147,7 @@ def parse_sampling(
     repeat_last_n = _number(body, "repeat_last_n", 64, int, lo=-1, hi=bounds.n_ctx, note=" (the context size)")
     return SamplingParams(
         temperature=_number(body, "temperature", 0.8, float),
-        top_k=_number(body, "top_k", 40, int, lo=0),  # 0: off
+        top_k=_number(body, "top_k", 40, int, lo=-1),  # <= 0: off (llama.cpp; vLLM-style clients send -1)
         top_p=_number(body, "top_p", 0.95, float, lo=0.0, hi=1.0),
         min_p=_number(body, "min_p", 0.05, float, lo=0.0, hi=1.0),
         # -1 means the whole context, as llama.cpp; resolved here so the sampler gets a concrete window
@@ -180,13 +180,10 @@ def parse_spec(body: dict) -> DraftLimits | None:
     )
     kind = values.get("type", values.get("types"))
     if kind is not None:
-        names = kind.split(",") if isinstance(kind, str) else kind
-        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-            raise BadRequest("'speculative.type' must be a string or a list of strings")
-        unknown = [n for n in names if n.strip() not in SPEC_TYPES]
-        if unknown:
-            raise BadRequest(f"unknown speculative type: {unknown[0]}")
-        limits.types = frozenset(n.strip() for n in names if n.strip() != "none")
+        try:
+            limits.types = frozenset(parse_types(kind, field="speculative.type"))
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
     return limits
 
 

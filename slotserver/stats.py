@@ -48,9 +48,9 @@ class DrafterStats:
     n_call_begin: int = 0
     n_call_draft: int = 0
     n_call_accept: int = 0
-    n_gen_drafts: int = 0  # non-empty drafts handed out (after cutting)
+    n_gen_drafts: int = 0  # non-empty drafts verified (as far as the batch had room for them)
     n_acc_drafts: int = 0  # drafts with at least one accepted token
-    n_gen_tokens: int = 0
+    n_gen_tokens: int = 0  # draft tokens verified
     n_acc_tokens: int = 0
     n_acc_per_pos: list[int] = field(default_factory=list)  # [i]: drafts whose token i was accepted
     n_skipped: int = 0  # draft calls the chain skipped because this drafter kept failing
@@ -113,7 +113,7 @@ class ServerStats:
     n_prompt_tokens: int = 0  # prompt tokens decoded (not reused from the cache)
     n_prompt_tokens_cached: int = 0  # prompt tokens reused from the KV cache
     n_prompt_cache_hits: int = 0  # requests that reused at least one cached token
-    n_gen_tokens: int = 0
+    n_gen_tokens: int = 0  # draft tokens verified
     n_draft_tokens: int = 0
     n_draft_accepted: int = 0
     n_verify_steps: int = 0

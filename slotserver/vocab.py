@@ -1,31 +1,53 @@
-"""A tokenizer fingerprint, so n-gram files built for one vocabulary are refused by another.
-
-sha256 over ``n_vocab`` and every token's text bytes (``llama_vocab_get_text``), read with the
-vocab-only model loader. llama_cpp is imported lazily: only callers that fingerprint need it.
-"""
+"""Tokenizer operations on a llama.cpp vocabulary (tokenize, pieces, special tokens)."""
 
 from __future__ import annotations
 
-import hashlib
-import os
+import ctypes
+
+import llama_cpp as lc
 
 
-def vocab_fingerprint(model_path: str | os.PathLike) -> str:
-    import llama_cpp  # lazy: heavy, and only needed here
+class Vocab:
+    def __init__(self, model) -> None:
+        self.ptr = lc.llama_model_get_vocab(model)
+        self.n_tokens = lc.llama_vocab_n_tokens(self.ptr)
+        self.bos = lc.llama_vocab_bos(self.ptr)
+        self.eos = lc.llama_vocab_eos(self.ptr)
+        self.add_bos = bool(lc.llama_vocab_get_add_bos(self.ptr))
+        self._pieces: dict[tuple[int, bool], bytes] = {}
+        self._eog: dict[int, bool] = {}
 
-    params = llama_cpp.llama_model_default_params()
-    params.vocab_only = True
-    model = llama_cpp.llama_model_load_from_file(os.fspath(model_path).encode(), params)
-    if not model:
-        raise ValueError(f"cannot load the vocabulary of {model_path}")
-    try:
-        vocab = llama_cpp.llama_model_get_vocab(model)
-        n_vocab = llama_cpp.llama_vocab_n_tokens(vocab)
-        h = hashlib.sha256(n_vocab.to_bytes(8, "little"))
-        for token in range(n_vocab):
-            text = llama_cpp.llama_vocab_get_text(vocab, token) or b""
-            h.update(len(text).to_bytes(4, "little"))
-            h.update(text)
-        return h.hexdigest()
-    finally:
-        llama_cpp.llama_model_free(model)
+    def tokenize(self, text: str, add_special: bool, parse_special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        n_max = len(data) + 8
+        buf = (lc.llama_token * n_max)()
+        n = lc.llama_tokenize(self.ptr, data, len(data), buf, n_max, add_special, parse_special)
+        if n < 0:
+            n_max = -n
+            buf = (lc.llama_token * n_max)()
+            n = lc.llama_tokenize(self.ptr, data, len(data), buf, n_max, add_special, parse_special)
+        return list(buf[:n])
+
+    def piece(self, token: int, special: bool = False) -> bytes:
+        key = (token, special)
+        out = self._pieces.get(key)
+        if out is None:
+            buf = ctypes.create_string_buffer(64)
+            n = lc.llama_token_to_piece(self.ptr, token, buf, 64, 0, special)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = lc.llama_token_to_piece(self.ptr, token, buf, -n, 0, special)
+            out = self._pieces[key] = buf.raw[:n]
+        return out
+
+    def detokenize(self, tokens: list[int], special: bool = True) -> str:
+        return b"".join(self.piece(t, special) for t in tokens).decode("utf-8", errors="replace")
+
+    def is_eog(self, token: int) -> bool:
+        out = self._eog.get(token)
+        if out is None:
+            out = self._eog[token] = bool(lc.llama_vocab_is_eog(self.ptr, token))
+        return out
+
+    def is_valid(self, token: int) -> bool:
+        return 0 <= token < self.n_tokens

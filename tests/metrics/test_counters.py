@@ -7,7 +7,7 @@ import time
 
 from tests.metrics.promtext import delta, total, value
 
-IMPL = "ngram_mod"
+IMPL = "ngram-mod"
 
 
 async def test_counters_follow_requests(metrics_server):

@@ -94,7 +94,7 @@ def test_non_finite_values_for_integers_are_rejected(key, value):
     ("temperature", 10**400),  # float() of it would raise OverflowError
     ("temperature", 2 * FLOAT_ABS_MAX), ("presence_penalty", -2 * FLOAT_ABS_MAX),
     ("frequency_penalty", 1e300),
-    ("top_k", -1), ("top_k", INT_MAX + 1),
+    ("top_k", -2), ("top_k", INT_MAX + 1),
     ("n_predict", 10**30), ("n_predict", -2), ("id_slot", 10**30), ("id_slot", -2),
     ("n_indent", -1), ("n_indent", INT_MAX + 1), ("t_max_predict_ms", 10**30), ("t_max_predict_ms", -2),
     ("seed", SEED_MAX + 1), ("seed", -2), ("seed", 1e30),

@@ -1,0 +1,70 @@
+"""The drafter registry: one ordered table of every drafter type the server knows.
+
+Everything that names drafters derives from ``DRAFTER_TYPES``: the precedence of the draft chain
+(table order, llama.cpp's ``ngram-simple > ngram-map-k > ngram-map-k4v > ngram-mod > ngram-cache``),
+the ``--spec-type`` choices, request validation of ``speculative.type``, the ``impl`` label of the
+metrics and statistics lines, ``ngram_tool stats`` and the drafter micro-benchmark. A drafter has
+exactly one name: its type name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+from ngram.cache import NgramCacheConfig, NgramCacheDrafter
+from ngram.map_k import NgramMapK, NgramMapK4v
+from ngram.map_state import NgramMapConfig
+from ngram.mod import NgramMod, NgramModConfig
+from ngram.protocol import Drafter
+from ngram.simple import NgramSimple
+
+if TYPE_CHECKING:  # SpecConfig imports this table; only annotations need it here
+    from slotserver.config import SpecConfig
+
+
+@dataclass(frozen=True, slots=True)
+class DrafterType:
+    name: str  # type name: CLI, requests, metric label ``impl``, statistics line
+    cls: Callable[..., Drafter]  # called with the config (ngram-cache also takes ``static=``)
+    config_field: str  # the SpecConfig field holding this drafter's configuration
+    default_config: Callable[[], object]
+    max_draft: Callable[[object], int]  # longest draft the configuration allows
+
+    def config(self, spec: SpecConfig) -> object:
+        return getattr(spec, self.config_field)
+
+    def make(self, spec: SpecConfig) -> Drafter:
+        return self.cls(self.config(spec))
+
+
+# Precedence order: the first drafter with a non-empty draft wins the step.
+DRAFTER_TYPES: tuple[DrafterType, ...] = (
+    DrafterType("ngram-simple", NgramSimple, "ngram_simple", NgramMapConfig, lambda c: c.size_m),
+    DrafterType("ngram-map-k", NgramMapK, "ngram_map_k", NgramMapConfig, lambda c: c.size_m),
+    DrafterType("ngram-map-k4v", NgramMapK4v, "ngram_map_k4v", NgramMapConfig, lambda c: c.size_m),
+    DrafterType("ngram-mod", NgramMod, "ngram_mod", NgramModConfig, lambda c: c.n_max),
+    DrafterType("ngram-cache", NgramCacheDrafter, "ngram_cache", NgramCacheConfig, lambda c: c.n_draft),
+)
+NAMES: tuple[str, ...] = tuple(t.name for t in DRAFTER_TYPES)
+RANK: dict[str, int] = {name: i for i, name in enumerate(NAMES)}
+BY_NAME: dict[str, DrafterType] = {t.name: t for t in DRAFTER_TYPES}
+
+
+def parse_types(value: str | list, *, field: str) -> tuple[str, ...]:
+    """A comma list (or list) of type names, ``none`` allowed, into known names in the given order.
+
+    Raises ValueError naming ``field`` and the unknown name.
+    """
+    names = value.split(",") if isinstance(value, str) else value
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"'{field}' must be a string or a list of strings")
+    out = []
+    for raw in names:
+        name = raw.strip()
+        if not name or name == "none":
+            continue
+        if name not in BY_NAME:
+            raise ValueError(f"unknown speculative type: {name} (known: none, {', '.join(NAMES)})")
+        out.append(name)
+    return tuple(dict.fromkeys(out))
