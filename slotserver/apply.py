@@ -4,60 +4,57 @@ Verification is sample-and-compare with the slot's own sampler chain (llama.cpp'
 ``common_sampler_sample_and_accept_n``): at each draft position the target samples exactly as it
 would without speculation and the draft token is kept only if it equals the sample. The sampler's
 RNG advances once per emitted token, so output is the same at any temperature.
+
+Each method returns the events it produced (``Outbox``); the runner delivers them.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 
 from slotserver.chain import DraftChain
 from slotserver.engine import Engine
-from slotserver.job import Event, Job
-from slotserver.samplers import free_sampler
+from slotserver.job import Event, Job, Outbox
+from slotserver.lifecycle import SlotLifecycle
 from slotserver.scheduler import BatchEntry
 from slotserver.slots import Slot, SlotState
 from slotserver.stats import ServerStats
 
-log = logging.getLogger(__name__)
-
 
 class Applier:
-    def __init__(self, engine: Engine, chain: DraftChain, stats: ServerStats) -> None:
+    def __init__(self, engine: Engine, chain: DraftChain, stats: ServerStats, lifecycle: SlotLifecycle) -> None:
         self.engine = engine
         self.chain = chain
         self.stats = stats
-        self.outbox: list[tuple[Job, Event]] = []
+        self.lifecycle = lifecycle
 
-    def entry(self, slot: Slot, entry: BatchEntry, rows: list[int]) -> None:
+    def entry(self, slot: Slot, entry: BatchEntry, rows: list[int]) -> Outbox:
         if entry.is_decode:
-            self._verify(slot, entry, rows)
-        else:
-            self._prefill(slot, entry, rows)
+            return self._verify(slot, entry, rows)
+        return self._prefill(slot, entry, rows)
 
-    def _prefill(self, slot: Slot, entry: BatchEntry, rows: list[int]) -> None:
+    def _prefill(self, slot: Slot, entry: BatchEntry, rows: list[int]) -> Outbox:
         job = slot.job
         slot.cache.extend(entry.tokens)
         del slot.pending[: len(entry.tokens)]
         job.n_prompt_decoded += len(entry.tokens)
         if not entry.ends_prompt:
-            return
+            return []
         job.t_prompt_end = time.perf_counter()
         self.stats.n_prompt_tokens += job.n_prompt_decoded
         self.stats.t_prompt_s += job.t_prompt_end - job.t_prompt_start
         if job.request.n_predict == 0:
-            self.finish(slot, "limit")
-            return
+            return [self.lifecycle.release(slot, "limit")]
         slot.state = SlotState.GENERATING
         self.chain.begin(slot.id, slot.cache)
         token = self.engine.sample(slot.sampler, rows[0])
         self._record_probs(job, rows[0], token)
         self.stats.ttft_s.observe(time.perf_counter() - job.t_queued)
-        self._emit(slot, [token])
+        return self._emit(slot, [token])
 
-    def _verify(self, slot: Slot, entry: BatchEntry, rows: list[int]) -> None:
+    def _verify(self, slot: Slot, entry: BatchEntry, rows: list[int]) -> Outbox:
         job = slot.job
-        draft = entry.tokens[1:]
+        draft = entry.tokens[1:]  # what the batch verified: the chain's draft, maybe cut to fit
         sampled: list[int] = []
         # Plain greedy needs no sampler state: take every row's argmax at once.
         greedy = self.engine.argmax(rows) if job.request.sampling.is_plain_greedy else None
@@ -68,8 +65,8 @@ class Applier:
             if i >= len(draft) or token != draft[i]:
                 break
         n_accepted = len(sampled) - 1
+        self.chain.accept(slot.id, len(draft), n_accepted)
         if draft:
-            self.chain.accept(slot.id, n_accepted)
             job.n_draft += len(draft)
             job.n_draft_accepted += n_accepted
             self.stats.n_draft_tokens += len(draft)
@@ -80,13 +77,13 @@ class Applier:
         if keep < len(entry.tokens):
             self.engine.remove(slot.id, entry.pos0 + keep)
         slot.cache.extend(entry.tokens[:keep])
-        self._emit(slot, sampled)
+        return self._emit(slot, sampled)
 
     def _record_probs(self, job: Job, row: int, token: int) -> None:
         if job.request.n_probs > 0:
             job.probs.append(self.engine.top_logprobs(row, job.request.n_probs, token))
 
-    def _emit(self, slot: Slot, tokens: list[int]) -> None:
+    def _emit(self, slot: Slot, tokens: list[int]) -> Outbox:
         """Hand new tokens to the job; the last one becomes the slot's pending ``sampled`` token."""
         job = slot.job
         now = time.perf_counter()
@@ -108,39 +105,16 @@ class Applier:
             elif len(slot.cache) + 1 >= n_ctx:
                 stop, job.is_truncated = "limit", True
             if stop is not None:
-                self.finish(slot, stop)
-                return
+                return [self.lifecycle.release(slot, stop)]
         slot.sampled = tokens[-1]
+        return []
 
-    def flush_partials(self, slots: list[Slot]) -> None:
-        for slot in slots:
-            job = slot.job
-            if job is not None and job.request.stream and job.unsent:
-                text = job.text.take(final=False)
-                self.outbox.append((job, Event(False, text, job.unsent)))
-                job.unsent = []
-
-    def finish(self, slot: Slot, stop_type: str, error: Exception | None = None) -> None:
+    @staticmethod
+    def partial(slot: Slot) -> Outbox:
+        """A streaming job's new text and tokens since its last event, if any."""
         job = slot.job
-        job.stop_type = stop_type
-        job.is_done = True
-        if job.t_prompt_end == 0.0:
-            job.t_prompt_end = time.perf_counter()
-        self.outbox.append((job, Event(True, job.text.take(final=True), job.unsent, error)))
+        if job is None or not job.request.stream or not job.unsent:
+            return []
+        event = Event(False, job.text.take(final=False), job.unsent)
         job.unsent = []
-        del job.probs[job.n_gen :]  # tokens sampled after the stop are not part of the output
-        free_sampler(slot.sampler)
-        slot.sampler = None
-        slot.job = None
-        slot.pending = []
-        slot.state = SlotState.IDLE
-        slot.t_last_used = time.perf_counter()
-        self.stats.n_gen_tokens += job.n_gen
-        self.stats.n_requests_finished += 1
-        self.stats.n_tokens_max = max(self.stats.n_tokens_max, len(slot.cache))
-        if job.n_gen:
-            self.stats.t_gen_s += job.t_last_token - job.t_prompt_end
-        self.stats.request_s.observe(time.perf_counter() - job.t_queued)
-        if self.chain.drafters:
-            for line in self.chain.stats_lines():
-                log.info(line)
+        return [(job, event)]

@@ -1,6 +1,8 @@
-"""Benchmark a running server on the shared workloads: tokens/s, drafts and acceptance per workload.
+"""Benchmark a running server on our workloads: tokens/s, drafts and acceptance per workload.
 
     python -m slotserver.bench --url http://127.0.0.1:8080 [--workloads PATH] [--types none,ngram-mod]
+
+The workloads ship with the package (``slotserver/workloads.json``); the test suite uses them too.
 
 Every workload runs once per speculative type in the same process, side by side, so ratios are
 measured under the same machine load. ``--concurrency`` then compares the aggregate throughput of
@@ -17,7 +19,11 @@ from pathlib import Path
 
 import aiohttp
 
-DEFAULT_WORKLOADS = Path(__file__).resolve().parents[2] / "shared" / "bench" / "workloads.json"
+DEFAULT_WORKLOADS = Path(__file__).resolve().with_name("workloads.json")
+
+
+def load_workloads(path: str | Path = DEFAULT_WORKLOADS) -> list[dict]:
+    return json.loads(Path(path).read_text(encoding="utf-8"))["workloads"]
 
 
 async def complete(http: aiohttp.ClientSession, url: str, wl: dict, spec: str) -> dict:
@@ -60,7 +66,7 @@ async def concurrency(http, url: str, workloads: list[dict], n: int, spec: str) 
 
 
 async def main_async(args) -> None:
-    workloads = json.loads(Path(args.workloads).read_text())["workloads"]
+    workloads = load_workloads(args.workloads)
     if args.only:
         workloads = [w for w in workloads if w["name"] in args.only.split(",")]
     timeout = aiohttp.ClientTimeout(total=3600)

@@ -4,23 +4,27 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 
 from aiohttp import web
 
 from ngram.map_state import NgramMapConfig
 from ngram.mod import NgramModConfig
-from slotserver.config import DRAFTER_TYPES, ServerConfig, SpecConfig
+from slotserver.api.app import create_app
+from slotserver.config import ServerConfig, SpecConfig
+from slotserver.drafter_types import NAMES, parse_types
 from slotserver.engine import EngineConfig
+from slotserver.models import default_model_path
+from slotserver.persist import StartupFileError
 
 
 def parse_spec_types(values: list[str] | None) -> tuple[str, ...]:
     if not values:
         return ("ngram-mod",)
-    names = [n.strip() for v in values for n in v.split(",") if n.strip()]
-    for n in names:
-        if n != "none" and n not in DRAFTER_TYPES:
-            raise SystemExit(f"error: unknown speculative type: {n} (known: none, {', '.join(DRAFTER_TYPES)})")
-    return tuple(dict.fromkeys(n for n in names if n != "none"))
+    try:
+        return parse_types(",".join(values), field="--spec-type")
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--no-slots", action="store_true", help="disable GET /slots")
     g = p.add_argument_group("speculative decoding")
     g.add_argument("--spec-type", action="append", metavar="LIST",
-                   help="comma list of drafters, or 'none' to switch speculation off (default: ngram-mod)")
+                   help=f"comma list of drafters ({', '.join(NAMES)}), or 'none' to switch speculation off "
+                        "(default: ngram-mod)")
     g.add_argument("--spec-ngram-mod-n-match", type=int, default=24, help="ngram-mod: tokens hashed per lookup")
     g.add_argument("--spec-ngram-mod-n-min", type=int, default=48, help="ngram-mod: shortest draft")
     g.add_argument("--spec-ngram-mod-n-max", type=int, default=64, help="ngram-mod: longest draft")
@@ -76,8 +81,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
-    from slotserver.models import default_model_path
-
     engine = EngineConfig(
         model_path=args.model or default_model_path(),
         n_ctx=args.ctx_size, n_parallel=args.parallel, n_batch=args.batch_size,
@@ -115,11 +118,17 @@ def main(argv: list[str] | None = None) -> None:
         config = config_from_args(args)
     except ValueError as exc:
         raise SystemExit(f"error: {exc}") from None
-    from slotserver.app import create_app
-    from slotserver.persist import StartupFileError
+    failures: list[str] = []
+
+    def on_fatal(reason: str) -> None:
+        """The engine cannot run: shut the server down (run_app handles SIGTERM), then exit 1."""
+        failures.append(reason)
+        signal.raise_signal(signal.SIGTERM)
 
     try:
-        web.run_app(create_app(config), host=config.host, port=config.port, handler_cancellation=True,
-                    print=lambda msg: logging.getLogger("slotserver").info(msg))
+        web.run_app(create_app(config, on_fatal=on_fatal), host=config.host, port=config.port,
+                    handler_cancellation=True, print=lambda msg: logging.getLogger("slotserver").info(msg))
     except StartupFileError as exc:
         raise SystemExit(f"error: {exc}") from None
+    if failures:
+        raise SystemExit(f"error: {failures[0]}")

@@ -16,7 +16,7 @@ import llama_cpp as lc
 import numpy as np
 
 from slotserver.scheduler import BatchPlan, reusable_prefix
-from slotserver.vocab_ops import Vocab
+from slotserver.vocab import Vocab
 
 log = logging.getLogger(__name__)
 

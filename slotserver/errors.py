@@ -1,4 +1,7 @@
-"""Domain errors raised below the HTTP layer; ``server.py`` translates them once into JSON errors."""
+"""Domain errors raised below the HTTP layer; the API's error middleware translates them once into JSON.
+
+Every message here is safe to show to a client: internal exception text never goes into one.
+"""
 
 from __future__ import annotations
 
@@ -43,3 +46,25 @@ class NotSupported(ServerError):
 class Unavailable(ServerError):
     status = 503
     type = "unavailable_error"
+
+
+class GenerationFailed(ServerError):
+    """The engine hit an internal error on this request's work; other requests were not affected."""
+
+    def __init__(self) -> None:
+        super().__init__("internal error while processing this request; it was ended (other requests were not affected)")
+
+
+class KvCacheFull(ServerError):
+    """The shared KV cache cannot hold this request's next tokens, even after evicting idle caches."""
+
+    status = 503
+    type = "unavailable_error"
+
+    def __init__(self) -> None:
+        super().__init__("the KV cache is full: this request was ended to let the others continue; retry later")
+
+
+class EngineStopped(Unavailable):
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"the engine stopped ({reason}); the server is shutting down")

@@ -1,7 +1,9 @@
 """One accepted completion request while it lives in the server: its tokens, text, timings and events.
 
-The engine loop mutates a job only between or inside steps (one thread at a time); the HTTP
-handler only reads the events it is sent through ``events``.
+Ownership: from ``Runner.submit`` until its final event the engine thread owns every field but
+two: ``events`` (the engine only puts into it, through the event loop) and ``n_events_sent``
+(the HTTP handler's own counter). After the final event the engine never touches the job again
+and the handler reads it freely.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from slotserver.chain import DraftLimits
+from slotserver.errors import ServerError
 from slotserver.request import CompletionRequest
 from slotserver.textstream import TextStream
 
@@ -23,7 +26,8 @@ class Event:
     final: bool
     text: str = ""
     tokens: list[int] = field(default_factory=list)
-    error: Exception | None = None
+    error: ServerError | None = None  # the job failed; its message is safe to show to the client
+    is_cancelled: bool = False  # final event of a job cancelled by its handler
 
 
 @dataclass(slots=True, eq=False)
@@ -35,9 +39,7 @@ class Job:
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     id_slot: int = -1
-    n_events_sent: int = 0  # events a streaming handler has written so far
-    is_cancelled: bool = False
-    is_done: bool = False
+    n_events_sent: int = 0  # events a streaming handler has written so far (handler-owned)
     generated: list[int] = field(default_factory=list)
     unsent: list[int] = field(default_factory=list)  # tokens not yet reported in a partial event
     probs: list[list[tuple[int, float]]] = field(default_factory=list)  # per token: top (id, logprob)
@@ -81,3 +83,7 @@ class Job:
             out["draft_n"] = self.n_draft
             out["draft_n_accepted"] = self.n_draft_accepted
         return out
+
+
+# Events a step produced, in order, each for its job; delivered on the event loop after the step.
+Outbox = list[tuple[Job, Event]]

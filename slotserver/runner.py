@@ -1,8 +1,22 @@
 """The engine loop: admits jobs into slots and runs one step per ``llama_decode``.
 
-A step runs in one dedicated worker thread (the asyncio loop never waits on llama.cpp):
-reap cancelled jobs, admit waiting ones, then plan -> draft -> decode -> apply. Events for the
-HTTP handlers are collected during the step and delivered on the event loop when it returns.
+Threads and what each owns:
+
+- **Event loop** (aiohttp handlers): calls ``submit`` and ``cancel``, which only put a message into
+  ``_inbox`` (a thread-safe ``queue.SimpleQueue``) and set ``_wake``. It delivers each step's
+  events into the jobs' ``events`` queues. It mutates nothing else here; metrics, ``/slots`` and
+  ``/props`` only read plain attributes.
+- **Engine thread** (the single worker of ``_executor``): owns ``waiting``, ``slots``, the draft
+  chain and its drafters, the engine (llama context, batch, samplers), ``stats``, persistence, and
+  every job from its submit to its final event. A step drains the inbox first, then reaps and
+  admits, then plan -> draft -> decode -> apply.
+
+Failure isolation: an exception while starting, drafting or applying one slot's work ends that
+request alone (``GenerationFailed``, its slot's KV dropped); a failed ``llama_decode`` is retried
+without what caused it where that is known (KV cache full: idle caches, then prompt chunks and
+drafts, then the newest request), else only the requests in that batch fail. An exception that
+escapes a step is fatal: every job gets ``EngineStopped``, ``failure`` is set (``/health`` answers
+503) and ``on_fatal`` is called so the process exits non-zero instead of serving a dead engine.
 """
 
 from __future__ import annotations
@@ -10,46 +24,59 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import queue
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from typing import Callable
 
 from slotserver.apply import Applier
 from slotserver.chain import DraftChain
 from slotserver.engine import DecodeError, Engine
-from slotserver.job import Event, Job
+from slotserver.errors import EngineStopped, GenerationFailed, KvCacheFull, ServerError
+from slotserver.job import Event, Job, Outbox
+from slotserver.lifecycle import SlotLifecycle
 from slotserver.persist import Persistence
-from slotserver.samplers import make_sampler
-from slotserver.scheduler import DecodeWork, IdleSlot, PrefillWork, common_prefix, draft_budget, pick_slot, plan_batch
+from slotserver.scheduler import BatchPlan, DecodeWork, IdleSlot, PrefillWork, draft_budget, pick_slot, plan_batch
 from slotserver.slots import Slot, SlotState
 from slotserver.stats import ServerStats
 
 log = logging.getLogger(__name__)
 
+KV_FULL = 1  # llama_decode: no KV slot for the batch (the context is unchanged)
+SUBMIT, CANCEL = "submit", "cancel"
+
 
 class Runner:
     def __init__(
-        self, engine: Engine, chain: DraftChain, n_parallel: int, cache_prompt: bool = True,
+        self, engine: Engine, chain: DraftChain, *, n_parallel: int, cache_prompt: bool = True,
         stats: ServerStats | None = None, persistence: Persistence | None = None,
+        on_fatal: Callable[[str], None] | None = None,
     ) -> None:
         self.engine = engine
         self.chain = chain
         self.slots = [Slot(i) for i in range(n_parallel)]
-        self.cache_prompt = cache_prompt
         self.stats = stats or ServerStats()
         self.persistence = persistence
-        self.waiting: collections.deque[Job] = collections.deque()
-        self.apply = Applier(engine, chain, self.stats)
+        self.on_fatal = on_fatal  # called once, on the event loop, if the engine loop dies
+        self.failure = ""  # why the engine loop stopped; empty while it runs
+        self.waiting: collections.deque[Job] = collections.deque()  # engine thread only
+        self.lifecycle = SlotLifecycle(engine, chain, self.stats, cache_prompt=cache_prompt)
+        self.apply = Applier(engine, chain, self.stats, self.lifecycle)
+        self._inbox: queue.SimpleQueue[tuple[str, Job]] = queue.SimpleQueue()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
         self._wake = asyncio.Event()
 
     # -- called on the event loop --------------------------------------------------------------
     def submit(self, job: Job) -> None:
-        self.waiting.append(job)
+        if self.failure:
+            raise EngineStopped(self.failure)
+        self._inbox.put((SUBMIT, job))
         self._wake.set()
 
     def cancel(self, job: Job) -> None:
-        job.is_cancelled = True
+        """Ask the engine to end ``job``; a no-op if it already ended. Its final event follows."""
+        self._inbox.put((CANCEL, job))
         self._wake.set()
 
     @property
@@ -57,22 +84,40 @@ class Runner:
         return sum(not s.is_idle for s in self.slots)
 
     def _has_work(self) -> bool:
-        return bool(self.waiting) or self.n_busy > 0
+        return not self._inbox.empty() or bool(self.waiting) or self.n_busy > 0
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
-        while True:
-            if not self._has_work():
-                self._wake.clear()
-                await self._wake.wait()
-            try:
+        try:
+            while True:
+                if not self._has_work():
+                    self._wake.clear()
+                    await self._wake.wait()
                 outbox = await loop.run_in_executor(self._executor, self._step)
-            except Exception as exc:  # an engine failure must not kill the server
-                log.exception("engine step failed")
-                outbox = await loop.run_in_executor(self._executor, self._fail_all, exc)
-            for job, event in outbox:
-                job.events.put_nowait(event)
-            await asyncio.sleep(0)  # let handlers submit and cancel between steps
+                self._deliver(outbox)
+                await asyncio.sleep(0)  # let handlers submit and cancel between steps
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._die(exc)
+
+    def _deliver(self, outbox: Outbox) -> None:
+        for job, event in outbox:
+            job.events.put_nowait(event)
+
+    def _die(self, exc: BaseException) -> None:
+        """The engine loop cannot go on: fail every job, mark the runner failed, tell the owner."""
+        self.failure = f"engine loop failed: {type(exc).__name__}"
+        log.critical("%s; failing every request and stopping", self.failure, exc_info=exc)
+        error = EngineStopped(self.failure)
+        jobs = [s.job for s in self.slots if s.job is not None] + list(self.waiting)
+        while not self._inbox.empty():
+            kind, job = self._inbox.get_nowait()
+            if kind == SUBMIT:
+                jobs.append(job)
+        self._deliver([(job, Event(True, error=error)) for job in dict.fromkeys(jobs)])
+        if self.on_fatal is not None:
+            self.on_fatal(self.failure)
 
     async def on_engine_thread(self, fn):
         """Run ``fn`` on the engine thread (drafters and llama state belong to it)."""
@@ -82,36 +127,51 @@ class Runner:
         self._executor.shutdown(wait=True)
 
     # -- called on the engine thread -----------------------------------------------------------
-    def _step(self) -> list[tuple[Job, Event]]:
-        outbox = self.apply.outbox = []
-        self._reap()
-        self._admit()
-        decodes, prefills = self._collect_work()
+    def _step(self) -> Outbox:
+        out: Outbox = []
+        self._drain_inbox(out)
+        self._admit(out)
+        decodes, prefills = self._collect_work(out)
         if not decodes and not prefills:
-            return outbox
+            return out
         plan = plan_batch(decodes, prefills, self.engine.config.n_batch)
         t0 = time.perf_counter()
-        rows = self._decode(plan)
-        self.stats.t_decode_s += time.perf_counter() - t0
-        self.stats.n_decode_calls += 1
-        self.stats.n_decode_tokens += plan.n_tokens
-        self.stats.n_decode_slots += len(plan.entries)
-        self.stats.tokens_per_decode.observe(plan.n_tokens)
+        plan, rows = self._decode(plan, out)
+        self._count_decode(plan, time.perf_counter() - t0)
         for entry, entry_rows in zip(plan.entries, rows):
-            self.apply.entry(self.slots[entry.slot_id], entry, entry_rows)
-        self.apply.flush_partials(self.slots)
-        if self.persistence is not None:
-            self.persistence.maybe_save()
-        return outbox
-
-    def _reap(self) -> None:
+            slot = self.slots[entry.slot_id]
+            try:
+                out += self.apply.entry(slot, entry, entry_rows)
+            except Exception:
+                out += self._failed(slot, "applying the decoded batch")
         for slot in self.slots:
-            if slot.job is not None and slot.job.is_cancelled:
-                self.apply.finish(slot, "none")
-        if any(j.is_cancelled for j in self.waiting):
-            self.waiting = collections.deque(j for j in self.waiting if not j.is_cancelled)
+            out += Applier.partial(slot)
+        self._maybe_save()
+        return out
 
-    def _admit(self) -> None:
+    def _drain_inbox(self, out: Outbox) -> None:
+        while True:
+            try:
+                kind, job = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            if kind == SUBMIT:
+                self.waiting.append(job)
+            else:
+                out += self._cancel(job)
+
+    def _cancel(self, job: Job) -> Outbox:
+        if job in self.waiting:
+            self.waiting.remove(job)
+            return [(job, Event(True, is_cancelled=True))]
+        for slot in self.slots:
+            if slot.job is job:
+                done, event = self.lifecycle.release(slot, "none")
+                event.is_cancelled = True
+                return [(done, event)]
+        return []  # already ended: its final event was sent
+
+    def _admit(self, out: Outbox) -> None:
         """Assign waiting jobs (FIFO) to idle slots; a job pinned to a busy slot keeps waiting."""
         still_waiting: collections.deque[Job] = collections.deque()
         while self.waiting:
@@ -121,31 +181,23 @@ class Runner:
             if slot_id is None:
                 still_waiting.append(job)
                 continue
-            self._start(self.slots[slot_id], job)
+            slot = self.slots[slot_id]
+            try:
+                self.lifecycle.start(slot, job)
+            except Exception:
+                out += self._failed(slot, "starting the request")
         self.waiting = still_waiting
 
-    def _start(self, slot: Slot, job: Job) -> None:
-        use_cache = self.cache_prompt and job.request.cache_prompt
-        n_keep = common_prefix(slot.cache, job.prompt) if use_cache else 0
-        n_keep = min(n_keep, len(job.prompt) - 1)  # at least one token is evaluated
-        n_keep = self.engine.reusable_prefix(slot.id, n_keep)
-        self.engine.remove(slot.id, n_keep)
-        del slot.cache[n_keep:]
-        slot.pending = job.prompt[n_keep:]
-        slot.state = SlotState.PREFILL
-        slot.job = job
-        slot.sampler = make_sampler(job.request.sampling, self.engine.vocab.n_tokens, job.prompt)
-        job.id_slot = slot.id
-        job.n_cached = n_keep
-        job.t_prompt_start = time.perf_counter()
-        self.stats.n_prompt_tokens_cached += n_keep
-        self.stats.n_prompt_cache_hits += n_keep > 0
-
-    def _collect_work(self) -> tuple[list[DecodeWork], list[PrefillWork]]:
+    def _collect_work(self, out: Outbox) -> tuple[list[DecodeWork], list[PrefillWork]]:
         decodes, prefills = [], []
         for slot in self.slots:
             if slot.state is SlotState.GENERATING:
-                decodes.append(DecodeWork(slot.id, len(slot.cache), slot.sampled, self._draft(slot)))
+                try:
+                    draft = self._draft(slot)
+                except Exception:
+                    out += self._failed(slot, "drafting")
+                    continue
+                decodes.append(DecodeWork(slot.id, len(slot.cache), slot.sampled, draft))
         for slot in sorted(self.slots, key=lambda s: s.job.t_queued if s.job else 0.0):
             if slot.state is SlotState.PREFILL:
                 prefills.append(PrefillWork(slot.id, len(slot.cache), slot.pending))
@@ -158,25 +210,71 @@ class Runner:
             return []
         return self.chain.draft(slot.id, slot.cache, slot.sampled, replace(job.limits, n_max=n_max))
 
-    def _decode(self, plan) -> list[list[int]]:
-        """Decode; when the KV cache is full, drop idle slots' cached prefixes once and retry."""
-        try:
-            return self.engine.decode(plan)
-        except DecodeError as exc:
-            if exc.code != 1:
-                raise
-        log.warning("KV cache full: evicting the prompt caches of idle slots")
+    def _failed(self, slot: Slot, what: str) -> Outbox:
+        """Called in an ``except``: one slot's work raised; end that request alone."""
+        log.exception("%s failed on slot %d; ending that request only", what, slot.id)
+        return self._fail(slot, GenerationFailed())
+
+    def _fail(self, slot: Slot, error: ServerError) -> Outbox:
+        self.lifecycle.forget(slot)
+        return [self.lifecycle.release(slot, "none", error)] if slot.job is not None else []
+
+    def _decode(self, plan: BatchPlan, out: Outbox) -> tuple[BatchPlan, list[list[int]]]:
+        """Decode ``plan``; returns the plan that was decoded (maybe smaller) and its output rows.
+
+        KV cache full: evict idle slots' cached prefixes, then hold back prompt chunks and drafts,
+        then end the newest request in the batch, retrying after each. Any other failure ends the
+        requests in the batch only.
+        """
+        while plan.entries:
+            try:
+                return plan, self.engine.decode(plan)
+            except DecodeError as exc:
+                if exc.code != KV_FULL:
+                    log.error("%s; ending the %d requests in that batch", exc, len(plan.entries))
+                    for e in plan.entries:
+                        out += self._fail(self.slots[e.slot_id], GenerationFailed())
+                    return BatchPlan(), []
+            if self._evict_idle_caches():
+                log.warning("KV cache full: evicted the prompt caches of idle slots")
+            elif self._can_hold_back(plan):
+                log.warning("KV cache full: holding back prompt chunks and drafts this step")
+                plan = BatchPlan([replace(e, tokens=e.tokens[:1]) for e in plan.entries if e.is_decode])
+            else:
+                newest = max(plan.entries, key=lambda e: self.slots[e.slot_id].job.t_queued)
+                log.warning("KV cache full: ending the newest request (slot %d)", newest.slot_id)
+                out += self._fail(self.slots[newest.slot_id], KvCacheFull())
+                plan = BatchPlan([e for e in plan.entries if e is not newest])
+        return plan, []
+
+    @staticmethod
+    def _can_hold_back(plan: BatchPlan) -> bool:
+        """Prompt chunks and drafts may wait only while some slot still makes progress without them."""
+        n_decodes = sum(e.is_decode for e in plan.entries)
+        return n_decodes > 0 and plan.n_tokens > n_decodes
+
+    def _evict_idle_caches(self) -> bool:
+        evicted = False
         for slot in self.slots:
             if slot.is_idle and slot.cache:
-                self.engine.remove(slot.id, 0)
-                slot.cache.clear()
-        return self.engine.decode(plan)
+                self.lifecycle.forget(slot)
+                evicted = True
+        return evicted
 
-    def _fail_all(self, exc: Exception) -> list[tuple[Job, Event]]:
-        outbox = self.apply.outbox = []
-        for slot in self.slots:
-            if slot.job is not None:
-                self.apply.finish(slot, "none", error=exc)
-            self.engine.remove(slot.id, 0)
-            slot.cache.clear()
-        return outbox
+    def _count_decode(self, plan: BatchPlan, seconds: float) -> None:
+        if not plan.entries:
+            return
+        st = self.stats
+        st.t_decode_s += seconds
+        st.n_decode_calls += 1
+        st.n_decode_tokens += plan.n_tokens
+        st.n_decode_slots += len(plan.entries)
+        st.tokens_per_decode.observe(plan.n_tokens)
+
+    def _maybe_save(self) -> None:
+        if self.persistence is None:
+            return
+        try:
+            self.persistence.maybe_save()
+        except Exception:  # a save must never take the step down; Persistence counts OS errors itself
+            log.exception("saving learned drafter state failed")

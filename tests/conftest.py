@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import aiohttp
 import pytest
 from aiohttp import web
 
-from slotserver.app import STATE, create_app
+from slotserver.api.app import create_app
+from slotserver.api.state import STATE
+from slotserver.bench import load_workloads
 from slotserver.cli import build_parser, config_from_args
-
-WORKLOADS = Path(__file__).resolve().parents[1].parent / "shared" / "bench" / "workloads.json"
-
-
-def load_workloads() -> list[dict]:
-    return json.loads(WORKLOADS.read_text())["workloads"]
 
 
 class LiveServer:
@@ -24,10 +19,11 @@ class LiveServer:
 
     def __init__(self, argv: list[str]) -> None:
         self.argv = argv
+        self.fatal: list[str] = []  # reasons the app reported through on_fatal
 
     async def start(self) -> "LiveServer":
         config = config_from_args(build_parser().parse_args(self.argv + ["--port", "0"]))
-        self.app = create_app(config)
+        self.app = create_app(config, on_fatal=self.fatal.append)
         self.runner = web.AppRunner(self.app, handler_cancellation=True)
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", 0)

@@ -1,10 +1,40 @@
-"""JSON bodies of llama.cpp-style responses, built from a finished job or a partial event."""
+"""Every JSON body the API sends: llama.cpp-style and OpenAI-style completions, stream chunks, errors.
+
+Built from a finished job (``*_body``) or one event of a running job (``*_events``). ``BodyInfo``
+carries the server facts the bodies mention (model name, context size, token pieces).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import json
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from aiohttp import web
 
 from slotserver.job import Event, Job
+from slotserver.request import CompletionRequest
+
+
+@dataclass(frozen=True, slots=True)
+class BodyInfo:
+    model: str
+    n_ctx: int
+    piece: Callable[[int], bytes]  # token id -> its bytes
+
+
+def json_response(body, status: int = 200) -> web.Response:
+    return web.Response(
+        text=json.dumps(body, ensure_ascii=False, separators=(",", ":")),
+        status=status,
+        content_type="application/json",
+    )
+
+
+def error_body(code: int, message: str, kind: str) -> dict:
+    """The one error shape, llama.cpp's (the official OpenAI clients read it as well)."""
+    return {"error": {"code": code, "message": message, "type": kind}}
 
 
 def pick_fields(body: dict, paths: list[str]) -> dict:
@@ -23,12 +53,25 @@ def pick_fields(body: dict, paths: list[str]) -> dict:
     return out
 
 
-def probabilities(job: Job, vocab_piece) -> list[dict]:
+def generation_settings(info: BodyInfo, req: CompletionRequest | None = None) -> dict:
+    settings = {"n_ctx": info.n_ctx, "model": info.model}
+    if req is not None:
+        s = req.sampling
+        settings.update(
+            temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, seed=s.seed,
+            repeat_last_n=s.repeat_last_n, repeat_penalty=s.repeat_penalty,
+            presence_penalty=s.presence_penalty, frequency_penalty=s.frequency_penalty,
+            n_predict=req.n_predict, stop=req.stop, ignore_eos=s.ignore_eos,
+        )
+    return settings
+
+
+def probabilities(job: Job, piece: Callable[[int], bytes]) -> list[dict]:
     """llama.cpp's ``completion_probabilities``: the chosen token and the top candidates, log-probs."""
 
     def item(token: int, logprob: float) -> dict:
-        piece = vocab_piece(token)
-        return {"id": token, "token": piece.decode(errors="replace"), "bytes": list(piece), "logprob": logprob}
+        data = piece(token)
+        return {"id": token, "token": data.decode(errors="replace"), "bytes": list(data), "logprob": logprob}
 
     out = []
     for token, top in zip(job.generated, job.probs):
@@ -38,18 +81,19 @@ def probabilities(job: Job, vocab_piece) -> list[dict]:
     return out
 
 
-def final_body(job: Job, model: str, generation_settings: dict, vocab_piece=None) -> dict:
+# -- llama.cpp's /completion -------------------------------------------------------------------
+def _native_final(info: BodyInfo, job: Job, content: str, tokens: list[int]) -> dict:
     req = job.request
     body = {
         "index": 0,
-        "content": job.text.text,
-        "tokens": list(job.generated) if req.return_tokens else [],
+        "content": content,
+        "tokens": tokens if req.return_tokens else [],
         "id_slot": job.id_slot,
         "stop": True,
-        "model": model,
+        "model": info.model,
         "tokens_predicted": job.n_gen,
         "tokens_evaluated": len(job.prompt),
-        "generation_settings": generation_settings,
+        "generation_settings": generation_settings(info, req),
         "prompt": "",
         "has_new_line": job.text.has_new_line(),
         "truncated": job.is_truncated,
@@ -59,12 +103,18 @@ def final_body(job: Job, model: str, generation_settings: dict, vocab_piece=None
         "timings": job.timings(),
     }
     if req.n_probs > 0:
-        body["completion_probabilities"] = probabilities(job, vocab_piece)
+        body["completion_probabilities"] = probabilities(job, info.piece)
     return pick_fields(body, req.response_fields)
 
 
-def partial_body(job: Job, event: Event) -> dict:
-    return {
+def native_body(info: BodyInfo, job: Job) -> dict:
+    return _native_final(info, job, job.text.text, list(job.generated))
+
+
+def native_events(info: BodyInfo, job: Job, event: Event) -> list[dict]:
+    if event.final:  # a stream's final chunk carries only the text not sent yet
+        return [_native_final(info, job, event.text, list(event.tokens))]
+    return [{
         "index": 0,
         "content": event.text,
         "tokens": list(event.tokens) if job.request.return_tokens else [],
@@ -72,8 +122,59 @@ def partial_body(job: Job, event: Event) -> dict:
         "id_slot": -1,
         "tokens_predicted": job.n_gen,
         "tokens_evaluated": len(job.prompt),
+    }]
+
+
+# -- OpenAI's /v1/completions and /v1/chat/completions -----------------------------------------
+def finish_reason(job: Job) -> str:
+    return "stop" if job.stop_type in ("eos", "word") else "length"
+
+
+def usage(job: Job) -> dict:
+    return {
+        "prompt_tokens": len(job.prompt),
+        "completion_tokens": job.n_gen,
+        "total_tokens": len(job.prompt) + job.n_gen,
+        "prompt_tokens_details": {"cached_tokens": job.n_cached},
     }
 
 
-def error_body(code: int, message: str, kind: str) -> dict:
-    return {"error": {"code": code, "message": message, "type": kind}}
+def _envelope(info: BodyInfo, job: Job, kind: str) -> dict:
+    return {"id": f"cmpl-{job.id}", "object": kind, "created": int(time.time()),
+            "model": info.model, "system_fingerprint": "slotserver"}
+
+
+def text_body(info: BodyInfo, job: Job) -> dict:
+    choice = {"text": job.text.text, "index": 0, "logprobs": None, "finish_reason": finish_reason(job)}
+    return {**_envelope(info, job, "text_completion"), "choices": [choice], "usage": usage(job),
+            "timings": job.timings()}
+
+
+def text_events(info: BodyInfo, job: Job, event: Event) -> list[dict]:
+    choice = {"text": event.text, "index": 0, "logprobs": None,
+              "finish_reason": finish_reason(job) if event.final else None}
+    body = {**_envelope(info, job, "text_completion"), "choices": [choice]}
+    if event.final:
+        body.update(usage=usage(job), timings=job.timings())
+    return [body]
+
+
+def chat_body(info: BodyInfo, job: Job) -> dict:
+    message = {"role": "assistant", "content": job.text.text}
+    choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason(job)}
+    return {**_envelope(info, job, "chat.completion"), "choices": [choice], "usage": usage(job),
+            "timings": job.timings()}
+
+
+def chat_events(info: BodyInfo, job: Job, event: Event) -> list[dict]:
+    head = _envelope(info, job, "chat.completion.chunk")
+    out = []
+    if job.n_events_sent == 0:  # OpenAI streams open with the role
+        out.append({**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": None},
+                                         "finish_reason": None}]})
+    if event.text:
+        out.append({**head, "choices": [{"index": 0, "delta": {"content": event.text}, "finish_reason": None}]})
+    if event.final:
+        out.append({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": finish_reason(job)}],
+                    "usage": usage(job), "timings": job.timings()})
+    return out

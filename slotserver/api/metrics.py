@@ -15,7 +15,6 @@ counters, no ``_created`` series.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 import prometheus_client
@@ -26,7 +25,8 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_late
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from slotserver.app import STATE, State
+from slotserver.api.metrics_llamacpp import LlamaCppCollector
+from slotserver.api.state import METRICS, STATE, Metrics, State
 from slotserver.chain import DraftChain
 from slotserver.runner import Runner
 from slotserver.stats import FileStats, Histogram
@@ -82,8 +82,8 @@ def server_families(runner: Runner) -> Iterator[Metric]:
                             sum(len(s.cache) for s in runner.slots))
     yield GaugeMetricFamily(P + "kv_cache_size_cells", "KV cache cells in the context (shared by all slots).",
                             runner.engine.n_ctx)
-    for dtype, drafter in runner.chain.drafters:
-        if dtype == "ngram-mod":
+    for name, drafter in runner.chain.drafters:
+        if name == "ngram-mod":
             pool = drafter.pool
             yield GaugeMetricFamily(P + "ngram_mod_pool_used_entries", "Occupied entries of the ngram-mod hash pool.",
                                     pool.n_used)
@@ -186,15 +186,6 @@ def count_requests(counter: Counter):
     return middleware
 
 
-@dataclass(slots=True)
-class Metrics:
-    registry: CollectorRegistry
-    t_start: float  # Unix time the metrics were set up (Process-Start-Time-Unix header)
-
-
-METRICS = web.AppKey("metrics", Metrics)
-
-
 async def metrics_handler(request: web.Request) -> web.Response:
     """GET /metrics in the Prometheus text format 0.0.4, as llama-server serves it.
 
@@ -210,10 +201,11 @@ async def metrics_handler(request: web.Request) -> web.Response:
     return response
 
 
-def setup_metrics(app: web.Application) -> None:
-    """One registry for this application: the stats collector(s), the HTTP counter and GET /metrics."""
-    from slotserver.metrics_llamacpp import LlamaCppCollector
+def setup_metrics(app: web.Application):
+    """One registry for this application: the stats collector(s) and the HTTP counter.
 
+    Returns the GET /metrics handler, which ``setup_routes`` registers with the other routes.
+    """
     state = app[STATE]
     prometheus_client.disable_created_metrics()
     registry = CollectorRegistry(auto_describe=False)
@@ -224,4 +216,4 @@ def setup_metrics(app: web.Application) -> None:
                    registry=registry)
     app[METRICS] = Metrics(registry, time.time())
     app.middlewares.insert(0, count_requests(http))
-    app.router.add_get("/metrics", metrics_handler)
+    return metrics_handler

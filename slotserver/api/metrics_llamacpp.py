@@ -19,7 +19,7 @@ from typing import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from slotserver.app import State
+from slotserver.api.state import State
 from slotserver.stats import ServerStats
 
 P = "llamacpp:"

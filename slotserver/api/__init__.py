@@ -1,0 +1,1 @@
+"""The HTTP edge: app factory, state, routes, response bodies and metrics adapters."""

@@ -1,0 +1,78 @@
+"""Serve one generation job over HTTP: a whole JSON body, or a stream of server-sent events.
+
+Shared by every completion endpoint; a ``Formatter`` says how one API shapes the output. The
+handler cancels its job if it leaves before the final event (client gone, write failed).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Callable
+
+from aiohttp import web
+
+from slotserver.api.bodies import BodyInfo, json_response
+from slotserver.api.state import STATE
+from slotserver.job import Event, Job
+from slotserver.service import CompletionService
+
+
+@dataclass(frozen=True, slots=True)
+class Formatter:
+    """How one API shapes a job's output: the whole body, and the SSE events of a stream."""
+
+    body: Callable[[BodyInfo, Job], dict]
+    events: Callable[[BodyInfo, Job, Event], list[dict]]
+    done_marker: bool  # OpenAI streams end with "data: [DONE]"
+
+
+def body_info(service: CompletionService) -> BodyInfo:
+    return BodyInfo(service.config.model_name, service.n_ctx, service.vocab.piece)
+
+
+async def serve_job(request: web.Request, submit: Callable[[CompletionService], Job],
+                    fmt: Formatter) -> web.StreamResponse:
+    """Start a job with ``submit`` and answer with its output in ``fmt``'s shape."""
+    state = request.app[STATE]
+    service = state.ready_service()
+    job = submit(service)
+    info = body_info(service)
+    finished = False
+    try:
+        if job.request.stream:
+            resp = await _stream(request, info, job, fmt)
+            finished = True
+            return resp
+        while not (event := await job.events.get()).final:
+            pass
+        finished = True
+        if event.error is not None:
+            raise event.error
+        return json_response(fmt.body(info, job))
+    finally:
+        if not finished:
+            service.runner.cancel(job)
+
+
+def _sse(body) -> bytes:
+    return b"data: " + json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+
+
+async def _stream(request: web.Request, info: BodyInfo, job: Job, fmt: Formatter) -> web.StreamResponse:
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await resp.prepare(request)
+    while True:
+        event = await job.events.get()
+        if event.error is not None:
+            await resp.write(_sse(event.error.to_json()))
+            break
+        for body in fmt.events(info, job, event):
+            await resp.write(_sse(body))
+        job.n_events_sent += 1
+        if event.final:
+            if fmt.done_marker:
+                await resp.write(b"data: [DONE]\n\n")
+            break
+    await resp.write_eof()
+    return resp

@@ -1,0 +1,50 @@
+"""What the HTTP handlers share: ``State`` and every typed application key, in one place."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from slotserver.config import ServerConfig
+from slotserver.errors import EngineStopped, Unavailable
+from slotserver.runner import Runner
+from slotserver.service import CompletionService
+
+
+@dataclass(slots=True)
+class State:
+    """Set up by the app's engine context; ``runner`` and ``service`` are None while the model loads.
+
+    Event-loop owned: handlers read it; only the engine context (``app.py``) assigns its fields.
+    """
+
+    config: ServerConfig
+    runner: Runner | None = None
+    service: CompletionService | None = None
+    load_error: str = ""
+    loaded: asyncio.Event = field(default_factory=asyncio.Event)  # set once loading ended, either way
+
+    def ready(self) -> Runner:
+        """The runner, or 503 while loading and once the engine loop has stopped."""
+        if self.runner is None:
+            raise Unavailable(self.load_error or "Loading model")
+        if self.runner.failure:
+            raise EngineStopped(self.runner.failure)
+        return self.runner
+
+    def ready_service(self) -> CompletionService:
+        self.ready()
+        return self.service
+
+
+@dataclass(slots=True)
+class Metrics:
+    registry: CollectorRegistry
+    t_start: float  # Unix time the metrics were set up (Process-Start-Time-Unix header)
+
+
+STATE = web.AppKey("state", State)
+METRICS = web.AppKey("metrics", Metrics)
