@@ -100,7 +100,7 @@ class Applier:
                 stop = "eos"
             elif job.text.push(vocab.piece(token)):
                 stop = "word"
-            elif job.n_remaining == 0:
+            elif job.n_remaining == 0 or self._past_predict_time(job, now):
                 stop = "limit"
             elif len(slot.cache) + 1 >= n_ctx:
                 stop, job.is_truncated = "limit", True
@@ -108,6 +108,12 @@ class Applier:
                 return [self.lifecycle.release(slot, stop)]
         slot.sampled = tokens[-1]
         return []
+
+    @staticmethod
+    def _past_predict_time(job: Job, now: float) -> bool:
+        """llama.cpp's ``t_max_predict_ms``: past this much generation time, stop once a new line was generated."""
+        t_max_ms = job.request.t_max_predict_ms
+        return t_max_ms > 0 and (now - job.t_prompt_end) * 1e3 > t_max_ms and job.text.has_new_line()
 
     @staticmethod
     def partial(slot: Slot) -> Outbox:

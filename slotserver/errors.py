@@ -11,6 +11,7 @@ class ServerError(Exception):
 
     status = 500
     type = "server_error"
+    headers: dict[str, str] = {}  # extra response headers (e.g. Retry-After)
 
     def to_json(self) -> dict:
         return {"error": {"code": self.status, "message": str(self), "type": self.type}}
@@ -68,3 +69,19 @@ class KvCacheFull(ServerError):
 class EngineStopped(Unavailable):
     def __init__(self, reason: str) -> None:
         super().__init__(f"the engine stopped ({reason}); the server is shutting down")
+
+
+class QueueFull(Unavailable):
+    def __init__(self, n_waiting: int, retry_after_s: int) -> None:
+        super().__init__(f"the server is busy ({n_waiting} requests waiting); retry later")
+        self.headers = {"Retry-After": str(retry_after_s)}
+
+
+class ShuttingDown(Unavailable):
+    def __init__(self) -> None:
+        super().__init__("the server is shutting down")
+
+
+class DeadlineExceeded(Unavailable):
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__(f"the request waited longer than the server's timeout ({timeout_s:g} s) for a slot")

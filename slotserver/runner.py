@@ -4,12 +4,13 @@ Threads and what each owns:
 
 - **Event loop** (aiohttp handlers): calls ``submit`` and ``cancel``, which only put a message into
   ``_inbox`` (a thread-safe ``queue.SimpleQueue``) and set ``_wake``. It delivers each step's
-  events into the jobs' ``events`` queues. It mutates nothing else here; metrics, ``/slots`` and
-  ``/props`` only read plain attributes.
+  events into the jobs' ``events`` queues and owns ``n_in_flight`` (jobs submitted whose final
+  event is not delivered yet) and ``all_done``. It mutates nothing else here; metrics, ``/slots``
+  and ``/props`` only read plain attributes.
 - **Engine thread** (the single worker of ``_executor``): owns ``waiting``, ``slots``, the draft
   chain and its drafters, the engine (llama context, batch, samplers), ``stats``, persistence, and
-  every job from its submit to its final event. A step drains the inbox first, then reaps and
-  admits, then plan -> draft -> decode -> apply.
+  every job from its submit to its final event. A step drains the inbox first, then ends jobs past their
+  deadline, admits (only what the shared KV cache can hold), then plan -> draft -> decode -> apply.
 
 Failure isolation: an exception while starting, drafting or applying one slot's work ends that
 request alone (``GenerationFailed``, its slot's KV dropped); a failed ``llama_decode`` is retried
@@ -33,9 +34,10 @@ from typing import Callable
 from slotserver.apply import Applier
 from slotserver.chain import DraftChain
 from slotserver.engine import DecodeError, Engine
-from slotserver.errors import EngineStopped, GenerationFailed, KvCacheFull, ServerError
+from slotserver.errors import DeadlineExceeded, EngineStopped, GenerationFailed, KvCacheFull, QueueFull, ServerError
 from slotserver.job import Event, Job, Outbox
 from slotserver.lifecycle import SlotLifecycle
+from slotserver.limits import KV_RESERVE, MAX_UNREAD_EVENTS, LimitsConfig
 from slotserver.persist import Persistence
 from slotserver.scheduler import BatchPlan, DecodeWork, IdleSlot, PrefillWork, draft_budget, pick_slot, plan_batch
 from slotserver.slots import Slot, SlotState
@@ -51,9 +53,10 @@ class Runner:
     def __init__(
         self, engine: Engine, chain: DraftChain, *, n_parallel: int, cache_prompt: bool = True,
         stats: ServerStats | None = None, persistence: Persistence | None = None,
-        on_fatal: Callable[[str], None] | None = None,
+        on_fatal: Callable[[str], None] | None = None, limits: LimitsConfig = LimitsConfig(),
     ) -> None:
         self.engine = engine
+        self.limits = limits
         self.chain = chain
         self.slots = [Slot(i) for i in range(n_parallel)]
         self.stats = stats or ServerStats()
@@ -66,11 +69,21 @@ class Runner:
         self._inbox: queue.SimpleQueue[tuple[str, Job]] = queue.SimpleQueue()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
         self._wake = asyncio.Event()
+        self.n_in_flight = 0  # event loop only
+        self.all_done = asyncio.Event()  # set while no job is in flight (graceful shutdown waits on it)
+        self.all_done.set()
 
     # -- called on the event loop --------------------------------------------------------------
     def submit(self, job: Job) -> None:
+        """Queue ``job``; 503 when the engine is down or the waiting queue is full."""
         if self.failure:
             raise EngineStopped(self.failure)
+        n_waiting = self.n_in_flight - len(self.slots)
+        if n_waiting >= self.limits.max_waiting:
+            raise QueueFull(n_waiting, retry_after_s=max(1, n_waiting // max(len(self.slots), 1)))
+        job.t_deadline = job.t_queued + self.limits.timeout_s
+        self.n_in_flight += 1
+        self.all_done.clear()
         self._inbox.put((SUBMIT, job))
         self._wake.set()
 
@@ -104,6 +117,12 @@ class Runner:
     def _deliver(self, outbox: Outbox) -> None:
         for job, event in outbox:
             job.events.put_nowait(event)
+            if event.final:
+                self.n_in_flight -= 1
+                if self.n_in_flight == 0:
+                    self.all_done.set()
+            elif job.events.qsize() > MAX_UNREAD_EVENTS:  # its client stopped reading: free the slot
+                self.cancel(job)
 
     def _die(self, exc: BaseException) -> None:
         """The engine loop cannot go on: fail every job, mark the runner failed, tell the owner."""
@@ -130,6 +149,7 @@ class Runner:
     def _step(self) -> Outbox:
         out: Outbox = []
         self._drain_inbox(out)
+        self._expire(out)
         self._admit(out)
         decodes, prefills = self._collect_work(out)
         if not decodes and not prefills:
@@ -171,9 +191,31 @@ class Runner:
                 return [(done, event)]
         return []  # already ended: its final event was sent
 
+    def _expire(self, out: Outbox) -> None:
+        """Jobs past their deadline: a waiting one gets 503, a running one ends with what it has."""
+        now = time.perf_counter()
+        if any(j.t_deadline < now for j in self.waiting):
+            for job in [j for j in self.waiting if j.t_deadline < now]:
+                self.waiting.remove(job)
+                out.append((job, Event(True, error=DeadlineExceeded(self.limits.timeout_s))))
+        for slot in self.slots:
+            if slot.job is not None and slot.job.t_deadline < now:
+                log.warning("request on slot %d reached the server timeout; ending it", slot.id)
+                out.append(self.lifecycle.release(slot, "limit"))
+
+    def _kv_free(self) -> int:
+        """KV cells not claimed by busy slots (idle slots' caches are evicted when room is needed)."""
+        return self.engine.n_ctx - sum(len(s.cache) + len(s.pending) for s in self.slots if not s.is_idle)
+
     def _admit(self, out: Outbox) -> None:
-        """Assign waiting jobs (FIFO) to idle slots; a job pinned to a busy slot keeps waiting."""
+        """Assign waiting jobs (FIFO) to idle slots while the shared KV cache has room for them.
+
+        A job pinned to a busy slot keeps waiting. A job whose prompt plus ``KV_RESERVE`` does not
+        fit the free cells waits too, and so does every job behind it (no overtaking), unless no
+        slot is busy: a prompt that fits the context alone is always admitted then.
+        """
         still_waiting: collections.deque[Job] = collections.deque()
+        n_free = self._kv_free()
         while self.waiting:
             job = self.waiting.popleft()
             idle = [IdleSlot(s.id, s.cache, s.t_last_used) for s in self.slots if s.is_idle]
@@ -181,6 +223,13 @@ class Runner:
             if slot_id is None:
                 still_waiting.append(job)
                 continue
+            n_need = len(job.prompt) + KV_RESERVE
+            if n_need > n_free and self.n_busy > 0:
+                still_waiting.append(job)
+                still_waiting.extend(self.waiting)
+                self.waiting.clear()
+                break
+            n_free -= n_need
             slot = self.slots[slot_id]
             try:
                 self.lifecycle.start(slot, job)

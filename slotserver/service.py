@@ -1,15 +1,20 @@
 """Turn a request body into a queued job: parse, render chat messages, tokenize, check the context.
 
 The one call the HTTP handlers make to start generation (``submit`` / ``submit_chat``); handlers
-stay HTTP only. Raises ``BadRequest`` (or ``PromptTooLong``) before anything is queued.
+stay HTTP only. The work runs in a worker thread, never on the event loop (tokenizing a long
+prompt takes a while), then the job is queued on the loop. Raises ``BadRequest`` (or
+``PromptTooLong``) before anything is queued, ``Unavailable`` when the queue is full.
 """
 
 from __future__ import annotations
+
+import asyncio
 
 from slotserver.chain import DraftLimits
 from slotserver.config import ServerConfig
 from slotserver.errors import BadRequest, PromptTooLong
 from slotserver.job import Job
+from slotserver.limits import MAX_PROMPT_CHARS_PER_TOKEN
 from slotserver.request import PromptPieces, RequestBounds, parse_completion
 from slotserver.runner import Runner
 from slotserver.sampling import DEFAULT_SEED
@@ -39,25 +44,38 @@ class CompletionService:
         self.seed_default = config.seed & 0xFFFFFFFF if config.seed >= 0 else DEFAULT_SEED
         self.bounds = RequestBounds(n_ctx=self.n_ctx, n_vocab=self.vocab.n_tokens)
 
-    def submit(self, body: dict) -> Job:
+    async def submit(self, body: dict) -> Job:
         """Validate, tokenize and queue a completion request; the job's events follow."""
+        return self._queue(await asyncio.get_running_loop().run_in_executor(None, self.prepare, body))
+
+    async def submit_chat(self, body: dict) -> Job:
+        """A chat request: the messages rendered with the model's template become the prompt."""
+        return self._queue(await asyncio.get_running_loop().run_in_executor(None, self.prepare_chat, body))
+
+    def _queue(self, job: Job) -> Job:
+        self.runner.submit(job)
+        return job
+
+    def prepare(self, body: dict) -> Job:
+        """Parse, tokenize and check a completion request (any thread); nothing is queued."""
         req = parse_completion(body, self.config.n_predict, self.seed_default, bounds=self.bounds)
+        n_chars = sum(len(p) for p in req.prompt if isinstance(p, str))
+        if n_chars > MAX_PROMPT_CHARS_PER_TOKEN * self.n_ctx:
+            raise BadRequest(f"the prompt has {n_chars} characters, more than a context of {self.n_ctx} "
+                             "tokens can hold; it was not tokenized")
         prompt = self.tokenize_prompt(req.prompt)
         if len(prompt) >= self.n_ctx:
             raise PromptTooLong(len(prompt), self.n_ctx)
         limits = req.spec if req.spec is not None else DraftLimits(n_max=self.config.spec.n_max)
-        job = Job(req, prompt, limits, TextStream(req.stop, req.n_indent))
-        self.runner.submit(job)
-        return job
+        return Job(req, prompt, limits, TextStream(req.stop, req.n_indent))
 
-    def submit_chat(self, body: dict) -> Job:
-        """A chat request: the messages rendered with the model's template become the prompt."""
+    def prepare_chat(self, body: dict) -> Job:
         messages = parse_messages(body.get("messages"))
         try:
             prompt = self.runner.engine.chat_prompt(messages)
         except ValueError as exc:
             raise BadRequest(str(exc)) from None
-        return self.submit({**body, "prompt": prompt})
+        return self.prepare({**body, "prompt": prompt})
 
     def tokenize_prompt(self, pieces: PromptPieces) -> list[int]:
         """Strings are tokenized with specials parsed; BOS (if the model wants one) leads the first string."""

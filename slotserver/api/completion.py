@@ -1,14 +1,16 @@
 """Serve one generation job over HTTP: a whole JSON body, or a stream of server-sent events.
 
 Shared by every completion endpoint; a ``Formatter`` says how one API shapes the output. The
-handler cancels its job if it leaves before the final event (client gone, write failed).
+handler cancels its job if it leaves before the final event (client gone, a write failed or took
+longer than the server's ``--timeout``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass
-from typing import Callable
+from typing import Awaitable, Callable
 
 from aiohttp import web
 
@@ -31,17 +33,17 @@ def body_info(service: CompletionService) -> BodyInfo:
     return BodyInfo(service.config.model_name, service.n_ctx, service.vocab.piece)
 
 
-async def serve_job(request: web.Request, submit: Callable[[CompletionService], Job],
+async def serve_job(request: web.Request, submit: Callable[[CompletionService], Awaitable[Job]],
                     fmt: Formatter) -> web.StreamResponse:
     """Start a job with ``submit`` and answer with its output in ``fmt``'s shape."""
     state = request.app[STATE]
     service = state.ready_service()
-    job = submit(service)
+    job = await submit(service)
     info = body_info(service)
     finished = False
     try:
         if job.request.stream:
-            resp = await _stream(request, info, job, fmt)
+            resp = await _stream(request, info, job, fmt, state.config.limits.timeout_s)
             finished = True
             return resp
         while not (event := await job.events.get()).final:
@@ -59,20 +61,27 @@ def _sse(body) -> bytes:
     return b"data: " + json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
 
 
-async def _stream(request: web.Request, info: BodyInfo, job: Job, fmt: Formatter) -> web.StreamResponse:
+async def _stream(request: web.Request, info: BodyInfo, job: Job, fmt: Formatter,
+                  write_timeout_s: float) -> web.StreamResponse:
+    """Write the job's events as SSE; a write that cannot finish in ``write_timeout_s`` (the client
+    stopped reading) raises TimeoutError, and the caller cancels the job."""
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await resp.prepare(request)
+
+    async def write(data: bytes) -> None:
+        await asyncio.wait_for(resp.write(data), write_timeout_s)
+
     while True:
         event = await job.events.get()
         if event.error is not None:
-            await resp.write(_sse(event.error.to_json()))
+            await write(_sse(event.error.to_json()))
             break
-        for body in fmt.events(info, job, event):
-            await resp.write(_sse(body))
+        chunks = [_sse(body) for body in fmt.events(info, job, event)]
+        if event.final and fmt.done_marker:
+            chunks.append(b"data: [DONE]\n\n")
+        await write(b"".join(chunks))
         job.n_events_sent += 1
         if event.final:
-            if fmt.done_marker:
-                await resp.write(b"data: [DONE]\n\n")
             break
     await resp.write_eof()
     return resp

@@ -5,6 +5,8 @@ Handlers are HTTP only: they read the body, call the service or read the runner,
 
 from __future__ import annotations
 
+import asyncio
+
 from aiohttp import web
 
 from slotserver.api import oai
@@ -95,11 +97,17 @@ async def tokenize(request: web.Request) -> web.Response:
     parse_special = body.get("parse_special", True)
     if not isinstance(add_special, bool) or not isinstance(parse_special, bool):
         raise BadRequest("'add_special' and 'parse_special' must be booleans")
-    tokens = vocab.tokenize(content, add_special, parse_special)
-    if body.get("with_pieces"):
-        return json_response({"tokens": [
-            {"id": t, "piece": vocab.piece(t, True).decode(errors="replace")} for t in tokens]})
-    return json_response({"tokens": tokens})
+    with_pieces = body.get("with_pieces", False)
+    if not isinstance(with_pieces, bool):
+        raise BadRequest("'with_pieces' must be a boolean")
+
+    def run() -> dict:  # in a worker thread: a long text takes a while to tokenize
+        tokens = vocab.tokenize(content, add_special, parse_special)
+        if with_pieces:
+            return {"tokens": [{"id": t, "piece": vocab.piece(t, True).decode(errors="replace")} for t in tokens]}
+        return {"tokens": tokens}
+
+    return json_response(await asyncio.get_running_loop().run_in_executor(None, run))
 
 
 async def detokenize(request: web.Request) -> web.Response:
@@ -110,7 +118,8 @@ async def detokenize(request: web.Request) -> web.Response:
         isinstance(t, bool) or not isinstance(t, int) or not vocab.is_valid(t) for t in tokens
     ):
         raise BadRequest("'tokens' must be a list of valid token ids")
-    return json_response({"content": vocab.detokenize(tokens)})
+    text = await asyncio.get_running_loop().run_in_executor(None, vocab.detokenize, tokens)
+    return json_response({"content": text})
 
 
 async def metrics_disabled(request: web.Request) -> web.Response:

@@ -9,7 +9,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from slotserver.config import ServerConfig
-from slotserver.errors import EngineStopped, Unavailable
+from slotserver.errors import EngineStopped, ShuttingDown, Unavailable
 from slotserver.runner import Runner
 from slotserver.service import CompletionService
 
@@ -26,13 +26,16 @@ class State:
     service: CompletionService | None = None
     load_error: str = ""
     loaded: asyncio.Event = field(default_factory=asyncio.Event)  # set once loading ended, either way
+    shutting_down: bool = False  # set by shutdown.drain: new requests get 503
 
     def ready(self) -> Runner:
-        """The runner, or 503 while loading and once the engine loop has stopped."""
+        """The runner, or 503 while loading, while shutting down and once the engine loop has stopped."""
         if self.runner is None:
             raise Unavailable(self.load_error or "Loading model")
         if self.runner.failure:
             raise EngineStopped(self.runner.failure)
+        if self.shutting_down:
+            raise ShuttingDown()
         return self.runner
 
     def ready_service(self) -> CompletionService:

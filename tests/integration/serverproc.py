@@ -1,0 +1,71 @@
+"""A slotserver in its own process (``python -m slotserver``) on a free loopback port, for tests
+that need real signals or a synchronous client."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+START_TIMEOUT_S = 180.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    def __init__(self, argv: list[str]) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: a full pipe would block the server
+        self.proc = subprocess.Popen([sys.executable, "-m", "slotserver", "--port", str(self.port), *argv],
+                                     stdout=self.log, stderr=subprocess.STDOUT, text=True)
+
+    def output(self) -> str:
+        self.log.seek(0)
+        return self.log.read()
+
+    def wait_ready(self) -> "ServerProcess":
+        """Poll /health until it answers 200 (or the process ends, or START_TIMEOUT_S passes)."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, f"server exited {self.proc.returncode}: {self.output()}"
+            try:
+                if self.request("GET", "/health")[0] == 200:
+                    return self
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError("server did not become ready")
+
+    def request(self, method: str, path: str, data: bytes | None = None,
+                headers: dict | None = None, timeout: float = 120.0) -> tuple[int, bytes]:
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers or {})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                return resp.status, resp.read()
+        except urllib.error.HTTPError as err:
+            return err.code, err.read()
+
+    def post_json(self, path: str, body) -> tuple[int, dict]:
+        status, data = self.request("POST", path, json.dumps(body).encode())
+        return status, json.loads(data)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.proc.wait()
+        self.log.close()
+        return self.proc.returncode
