@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import time
 
-from slotserver.chain import DraftChain
 from slotserver.engine import Engine
 from slotserver.job import Event, Job, Outbox
 from slotserver.lifecycle import SlotLifecycle
@@ -22,9 +21,8 @@ from slotserver.stats import ServerStats
 
 
 class Applier:
-    def __init__(self, engine: Engine, chain: DraftChain, stats: ServerStats, lifecycle: SlotLifecycle) -> None:
+    def __init__(self, engine: Engine, stats: ServerStats, lifecycle: SlotLifecycle) -> None:
         self.engine = engine
-        self.chain = chain
         self.stats = stats
         self.lifecycle = lifecycle
 
@@ -46,7 +44,7 @@ class Applier:
         if job.request.n_predict == 0:
             return [self.lifecycle.release(slot, "limit")]
         slot.state = SlotState.GENERATING
-        self.chain.begin(slot.id, slot.cache)
+        slot.chain.begin(slot.id, slot.cache)
         token = self.engine.sample(slot.sampler, rows[0])
         self._record_probs(job, rows[0], token)
         self.stats.ttft_s.observe(time.perf_counter() - job.t_queued)
@@ -65,7 +63,7 @@ class Applier:
             if i >= len(draft) or token != draft[i]:
                 break
         n_accepted = len(sampled) - 1
-        self.chain.accept(slot.id, len(draft), n_accepted)
+        slot.chain.accept(slot.id, len(draft), n_accepted)
         if draft:
             job.n_draft += len(draft)
             job.n_draft_accepted += n_accepted

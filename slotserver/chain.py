@@ -73,15 +73,19 @@ class DraftLimits:
 class DraftChain:
     """Owned by the engine thread, like the drafters it holds."""
 
-    def __init__(self, drafters: Sequence[tuple[str, Drafter]]) -> None:
+    def __init__(self, drafters: Sequence[tuple[str, Drafter]], *,
+                 stats: dict[str, DrafterStats] | None = None) -> None:
         self.drafters = sorted(drafters, key=lambda td: RANK[td[0]])  # (type name, drafter), precedence order
-        self.stats = {name: DrafterStats() for name, _ in self.drafters}
+        # Several chains (one per API key, or per request) may count into one shared stats dict.
+        self.stats = stats if stats is not None else {}
+        for name, _ in self.drafters:
+            self.stats.setdefault(name, DrafterStats())
         self._last: dict[int, str | None] = {}  # slot -> type name of the last draft's winner
         self._backoff: dict[tuple[int, str], Backoff] = {}
 
     @classmethod
-    def from_spec(cls, spec: SpecConfig) -> DraftChain:
-        return cls([(name, BY_NAME[name].make(spec)) for name in spec.types])
+    def from_spec(cls, spec: SpecConfig, *, stats: dict[str, DrafterStats] | None = None) -> DraftChain:
+        return cls([(name, BY_NAME[name].make(spec)) for name in spec.types], stats=stats)
 
     @property
     def types(self) -> list[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 
-from slotserver.chain import DraftChain
+from slotserver.chains import ChainSet
 from slotserver.engine import Engine
 from slotserver.errors import ServerError
 from slotserver.job import Event, Job
@@ -23,9 +23,9 @@ log = logging.getLogger(__name__)
 
 
 class SlotLifecycle:
-    def __init__(self, engine: Engine, chain: DraftChain, stats: ServerStats, *, cache_prompt: bool) -> None:
+    def __init__(self, engine: Engine, chains: ChainSet, stats: ServerStats, *, cache_prompt: bool) -> None:
         self.engine = engine
-        self.chain = chain
+        self.chains = chains
         self.stats = stats
         self.cache_prompt = cache_prompt
 
@@ -42,6 +42,7 @@ class SlotLifecycle:
         del slot.cache[n_keep:]
         slot.pending = job.prompt[n_keep:]
         slot.sampler = make_sampler(job.request.sampling, self.engine.vocab.n_tokens, job.prompt)
+        slot.chain = self.chains.for_tenant(job.tenant)
         job.id_slot = slot.id
         job.n_cached = n_keep
         job.t_prompt_start = time.perf_counter()
@@ -63,6 +64,7 @@ class SlotLifecycle:
         if slot.sampler is not None:
             free_sampler(slot.sampler)
         slot.sampler = None
+        slot.chain = None
         slot.job = None
         slot.pending = []
         slot.state = SlotState.IDLE
@@ -83,6 +85,6 @@ class SlotLifecycle:
         if job.n_gen:
             st.t_gen_s += job.t_last_token - job.t_prompt_end
         st.request_s.observe(time.perf_counter() - job.t_queued)
-        if self.chain.drafters:
-            for line in self.chain.stats_lines():
+        if self.chains.shared.drafters:
+            for line in self.chains.shared.stats_lines():
                 log.info(line)

@@ -33,6 +33,7 @@ from typing import Callable
 
 from slotserver.apply import Applier
 from slotserver.chain import DraftChain
+from slotserver.chains import ChainSet
 from slotserver.engine import DecodeError, Engine
 from slotserver.errors import DeadlineExceeded, EngineStopped, GenerationFailed, KvCacheFull, QueueFull, ServerError
 from slotserver.job import Event, Job, Outbox
@@ -54,18 +55,20 @@ class Runner:
         self, engine: Engine, chain: DraftChain, *, n_parallel: int, cache_prompt: bool = True,
         stats: ServerStats | None = None, persistence: Persistence | None = None,
         on_fatal: Callable[[str], None] | None = None, limits: LimitsConfig = LimitsConfig(),
+        chains: ChainSet | None = None,
     ) -> None:
         self.engine = engine
         self.limits = limits
-        self.chain = chain
+        self.chain = chain  # the shared chain: metrics, /props and persistence read it
+        self.chains = chains or ChainSet(chain)
         self.slots = [Slot(i) for i in range(n_parallel)]
         self.stats = stats or ServerStats()
         self.persistence = persistence
         self.on_fatal = on_fatal  # called once, on the event loop, if the engine loop dies
         self.failure = ""  # why the engine loop stopped; empty while it runs
         self.waiting: collections.deque[Job] = collections.deque()  # engine thread only
-        self.lifecycle = SlotLifecycle(engine, chain, self.stats, cache_prompt=cache_prompt)
-        self.apply = Applier(engine, chain, self.stats, self.lifecycle)
+        self.lifecycle = SlotLifecycle(engine, self.chains, self.stats, cache_prompt=cache_prompt)
+        self.apply = Applier(engine, self.stats, self.lifecycle)
         self._inbox: queue.SimpleQueue[tuple[str, Job]] = queue.SimpleQueue()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
         self._wake = asyncio.Event()
@@ -255,9 +258,9 @@ class Runner:
     def _draft(self, slot: Slot) -> list[int]:
         job = slot.job
         n_max = draft_budget(self.engine.n_ctx, len(slot.cache), job.n_remaining, job.limits.n_max)
-        if n_max <= 0 or not self.chain.drafters:
+        if n_max <= 0 or not slot.chain.drafters:
             return []
-        return self.chain.draft(slot.id, slot.cache, slot.sampled, replace(job.limits, n_max=n_max))
+        return slot.chain.draft(slot.id, slot.cache, slot.sampled, replace(job.limits, n_max=n_max))
 
     def _failed(self, slot: Slot, what: str) -> Outbox:
         """Called in an ``except``: one slot's work raised; end that request alone."""

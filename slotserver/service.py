@@ -44,15 +44,21 @@ class CompletionService:
         self.seed_default = config.seed & 0xFFFFFFFF if config.seed >= 0 else DEFAULT_SEED
         self.bounds = RequestBounds(n_ctx=self.n_ctx, n_vocab=self.vocab.n_tokens)
 
-    async def submit(self, body: dict) -> Job:
-        """Validate, tokenize and queue a completion request; the job's events follow."""
-        return self._queue(await asyncio.get_running_loop().run_in_executor(None, self.prepare, body))
+    async def submit(self, body: dict, *, tenant: str = "") -> Job:
+        """Validate, tokenize and queue a completion request; the job's events follow.
 
-    async def submit_chat(self, body: dict) -> Job:
+        ``tenant`` (an API key's id) selects whose learned drafter state the job uses (chains.py).
+        """
+        job = await asyncio.get_running_loop().run_in_executor(None, self.prepare, body)
+        return self._queue(job, tenant)
+
+    async def submit_chat(self, body: dict, *, tenant: str = "") -> Job:
         """A chat request: the messages rendered with the model's template become the prompt."""
-        return self._queue(await asyncio.get_running_loop().run_in_executor(None, self.prepare_chat, body))
+        job = await asyncio.get_running_loop().run_in_executor(None, self.prepare_chat, body)
+        return self._queue(job, tenant)
 
-    def _queue(self, job: Job) -> Job:
+    def _queue(self, job: Job, tenant: str) -> Job:
+        job.tenant = tenant
         self.runner.submit(job)
         return job
 

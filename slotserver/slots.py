@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from slotserver.chain import DraftChain
 from slotserver.job import Job
 
 
@@ -21,6 +22,7 @@ class Slot:
     state: SlotState = SlotState.IDLE
     job: Job | None = None
     sampler: object = None  # llama sampler chain of the current job (engine-owned pointer)
+    chain: DraftChain | None = None  # draft chain of the current job (see chains.py)
     pending: list[int] = field(default_factory=list)  # prompt tokens not yet decoded
     sampled: int = -1  # last sampled token, emitted but not yet decoded
     t_last_used: float = 0.0

@@ -15,7 +15,7 @@ from typing import Awaitable, Callable
 from aiohttp import web
 
 from slotserver.api.bodies import BodyInfo, json_response
-from slotserver.api.state import STATE
+from slotserver.api.state import STATE, TENANT
 from slotserver.job import Event, Job
 from slotserver.service import CompletionService
 
@@ -33,12 +33,12 @@ def body_info(service: CompletionService) -> BodyInfo:
     return BodyInfo(service.config.model_name, service.n_ctx, service.vocab.piece)
 
 
-async def serve_job(request: web.Request, submit: Callable[[CompletionService], Awaitable[Job]],
+async def serve_job(request: web.Request, submit: Callable[[CompletionService, str], Awaitable[Job]],
                     fmt: Formatter) -> web.StreamResponse:
-    """Start a job with ``submit`` and answer with its output in ``fmt``'s shape."""
+    """Start a job with ``submit(service, tenant)`` and answer with its output in ``fmt``'s shape."""
     state = request.app[STATE]
     service = state.ready_service()
-    job = await submit(service)
+    job = await submit(service, request.get(TENANT, ""))
     info = body_info(service)
     finished = False
     try:

@@ -19,12 +19,12 @@ CHAT = Formatter(chat_body, chat_events, done_marker=True)
 
 async def completions(request: web.Request) -> web.StreamResponse:
     body = parse_json_body(await request.read())
-    return await serve_job(request, lambda service: service.submit(body), TEXT)
+    return await serve_job(request, lambda service, tenant: service.submit(body, tenant=tenant), TEXT)
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     body = parse_json_body(await request.read())
-    return await serve_job(request, lambda service: service.submit_chat(body), CHAT)
+    return await serve_job(request, lambda service, tenant: service.submit_chat(body, tenant=tenant), CHAT)
 
 
 async def models(request: web.Request) -> web.Response:

@@ -25,7 +25,7 @@ async def read_json(request: web.Request) -> dict:
 
 async def completion(request: web.Request) -> web.StreamResponse:
     body = await read_json(request)
-    return await serve_job(request, lambda service: service.submit(body), NATIVE)
+    return await serve_job(request, lambda service, tenant: service.submit(body, tenant=tenant), NATIVE)
 
 
 async def health(request: web.Request) -> web.Response:

@@ -50,4 +50,6 @@ class Metrics:
 
 
 STATE = web.AppKey("state", State)
+# Request key: the id of the API key a request was authorised with (set by the security middleware).
+TENANT = "slotserver.tenant"
 METRICS = web.AppKey("metrics", Metrics)

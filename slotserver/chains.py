@@ -1,0 +1,54 @@
+"""Which draft chain a request drafts with: who its drafters learn from and whom they can leak to.
+
+The ngram-mod pool and the ngram-cache dynamic cache learn from every generation they see, so a
+client can probe, through ``draft_n`` timings, whether another client sent a passage. The scope
+(``--spec-learning``) trades that exposure against acceptance:
+
+- ``shared`` (default, llama-server's behaviour): one chain for every request; it is the one that is
+  saved to and loaded from the pool and cache files.
+- ``per-key``: one chain per API key (``--api-key``), created on a key's first request; requests
+  of one key never draft from another's text. Memory: one set of structures per key (the ngram-mod
+  pool alone is 16 MiB). Not saved: learned state lasts for the process.
+- ``per-request``: a fresh chain for each request; only the request's own prompt and output are
+  drafted from. Nothing is learned across requests.
+
+Statistics of all chains count into the shared chain's ``DrafterStats`` (metrics stay one series
+per drafter type). Engine thread only.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from slotserver.chain import DraftChain
+
+if TYPE_CHECKING:
+    from slotserver.config import SpecConfig
+
+SCOPES = ("shared", "per-key", "per-request")
+
+
+class ChainSet:
+    def __init__(self, shared: DraftChain, *, scope: str = "shared", spec: SpecConfig | None = None) -> None:
+        if scope not in SCOPES:
+            raise ValueError(f"unknown learning scope: {scope} (known: {', '.join(SCOPES)})")
+        assert scope == "shared" or spec is not None, "a chain per key or request is built from the spec"
+        self.spec = spec
+        self.shared = shared
+        self.scope = scope
+        self._by_key: dict[str, DraftChain] = {}
+
+    def for_tenant(self, tenant: str) -> DraftChain:
+        """The chain a new request of ``tenant`` (an API key's id, "" without keys) drafts with."""
+        if self.scope == "shared":
+            return self.shared
+        if self.scope == "per-key":
+            chain = self._by_key.get(tenant)
+            if chain is None:
+                chain = self._by_key[tenant] = DraftChain.from_spec(self.spec, stats=self.shared.stats)
+            return chain
+        return DraftChain.from_spec(self.spec, stats=self.shared.stats)
+
+    @property
+    def n_chains(self) -> int:
+        return 1 if self.scope == "shared" else len(self._by_key)
