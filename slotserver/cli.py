@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import signal
 
 from aiohttp import web
+from aiohttp.web_runner import GracefulExit
 
 from ngram.map_state import NgramMapConfig
 from ngram.mod import NgramModConfig
 from slotserver.api.app import create_app
+from slotserver.api.security import API_KEY_ENV, load_api_keys, parse_cors_origins
+from slotserver.api.shutdown import drain
 from slotserver.config import ServerConfig, SpecConfig
 from slotserver.drafter_types import NAMES, parse_types
 from slotserver.engine import EngineConfig
+from slotserver.limits import LimitsConfig
 from slotserver.models import default_model_path
 from slotserver.persist import StartupFileError
 
@@ -69,6 +74,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how often learned pools/caches are saved (also at shutdown)")
     g.add_argument("--spec-ignore-bad-files", action="store_true",
                    help="start even if a pool/cache file cannot be read (it is then never overwritten)")
+    g = p.add_argument_group("limits")
+    g.add_argument("--max-queue", type=int, default=256, metavar="N",
+                   help="requests that may wait for a slot; more get 503 with Retry-After")
+    g.add_argument("--max-requests", type=int, default=512, metavar="N",
+                   help="HTTP requests handled at once (connections busy with a request); more get 503")
+    g.add_argument("-to", "--timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="a request's deadline (waiting + generating) and a stream write's timeout")
+    g.add_argument("--shutdown-timeout", type=float, default=8.0, metavar="SECONDS",
+                   help="on SIGTERM/SIGINT: time in-flight requests get to finish (learned state is saved before and after)")
+    g.add_argument("--max-body-bytes", type=int, default=0, metavar="N",
+                   help="largest request body (0: sized to the context, 64 bytes per token, at least 1 MiB)")
     g = p.add_argument_group("server")
     g.add_argument("--host", default="127.0.0.1", help="address to listen on")
     g.add_argument("--port", type=int, default=8080, help="port to listen on")
@@ -76,6 +92,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--metrics", action="store_true", help="serve Prometheus metrics at GET /metrics")
     g.add_argument("--metrics-compat", choices=["llamacpp"], default=None,
                    help="also export llama-server's llamacpp:* series (implies --metrics)")
+    g.add_argument("--api-key", action="append", metavar="KEY",
+                   help=f"API key requests must show (Authorization: Bearer KEY or X-Api-Key: KEY); repeatable, "
+                        f"each a comma list; if not given, ${API_KEY_ENV}; no key at all: none needed")
+    g.add_argument("--api-key-file", action="append", metavar="FNAME",
+                   help="file of API keys, one per line (blank lines and # comments ignored); repeatable")
+    g.add_argument("--metrics-no-auth", action="store_true", help="GET /metrics answers without an API key")
+    g.add_argument("--cors-origin", action="append", metavar="ORIGIN",
+                   help="browser origin (scheme://host[:port]) allowed besides the server's own, or '*' for any; "
+                        "repeatable; other origins get 403")
     g.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
 
@@ -103,11 +128,17 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         ignore_bad_files=args.spec_ignore_bad_files,
         save_interval_s=args.spec_save_interval,
     )
+    limits = LimitsConfig(
+        max_waiting=args.max_queue, max_requests=args.max_requests, timeout_s=args.timeout,
+        shutdown_timeout_s=args.shutdown_timeout, max_body_bytes=args.max_body_bytes,
+    )
     return ServerConfig(
-        engine=engine, spec=spec, host=args.host, port=args.port, alias=args.alias,
+        engine=engine, spec=spec, limits=limits, host=args.host, port=args.port, alias=args.alias,
         n_predict=args.n_predict, seed=args.seed, cache_prompt=not args.no_cache_prompt,
         slots_endpoint=not args.no_slots,
         metrics=args.metrics or bool(args.metrics_compat), metrics_compat=args.metrics_compat or "",
+        api_keys=load_api_keys(flags=args.api_key, files=args.api_key_file), metrics_no_auth=args.metrics_no_auth,
+        cors_origins=parse_cors_origins(args.cors_origin),
     )
 
 
@@ -121,14 +152,39 @@ def main(argv: list[str] | None = None) -> None:
     failures: list[str] = []
 
     def on_fatal(reason: str) -> None:
-        """The engine cannot run: shut the server down (run_app handles SIGTERM), then exit 1."""
+        """The engine cannot run: close the server at once, then exit 1."""
         failures.append(reason)
-        signal.raise_signal(signal.SIGTERM)
+        asyncio.get_running_loop().call_soon(_exit_run_app)
 
+    app = create_app(config, on_fatal=on_fatal)
+    app.on_startup.append(_handle_signals)
     try:
-        web.run_app(create_app(config, on_fatal=on_fatal), host=config.host, port=config.port,
-                    handler_cancellation=True, print=lambda msg: logging.getLogger("slotserver").info(msg))
+        # Our signal handlers drain first (shutdown.drain); aiohttp then needs only a short grace.
+        web.run_app(app, host=config.host, port=config.port, handler_cancellation=True, handle_signals=False,
+                    shutdown_timeout=1.0, print=lambda msg: logging.getLogger("slotserver").info(msg))
     except StartupFileError as exc:
         raise SystemExit(f"error: {exc}") from None
     if failures:
         raise SystemExit(f"error: {failures[0]}")
+
+
+def _exit_run_app() -> None:
+    """Raised from a loop callback, GracefulExit ends ``run_app``'s loop and runs its cleanup."""
+    raise GracefulExit()
+
+
+async def _handle_signals(app: web.Application) -> None:
+    """SIGTERM/SIGINT: drain (503 for new requests, save, let in-flight ones finish), then exit 0.
+    A second signal during the drain exits at once."""
+    loop = asyncio.get_running_loop()
+    draining: list[asyncio.Task] = []
+
+    def on_signal() -> None:
+        if draining:
+            _exit_run_app()
+        task = asyncio.ensure_future(drain(app))
+        task.add_done_callback(lambda _: loop.call_soon(_exit_run_app))
+        draining.append(task)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal)

@@ -10,6 +10,7 @@ from ngram.map_state import NgramMapConfig
 from ngram.mod import NgramModConfig
 from slotserver.drafter_types import BY_NAME
 from slotserver.engine import EngineConfig
+from slotserver.limits import LimitsConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +45,7 @@ class SpecConfig:
 class ServerConfig:
     engine: EngineConfig
     spec: SpecConfig = field(default_factory=SpecConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
     host: str = "127.0.0.1"
     port: int = 8080
     alias: str = ""
@@ -53,10 +55,17 @@ class ServerConfig:
     slots_endpoint: bool = True
     metrics: bool = False  # serve GET /metrics
     metrics_compat: str = ""  # "llamacpp": also export llama-server's llamacpp:* series
+    # Keys a request must show (api/security.py); empty: none needed. Out of repr: a logged or
+    # printed config must not leak them.
+    api_keys: tuple[str, ...] = field(default=(), repr=False)
+    metrics_no_auth: bool = False  # GET /metrics answers without a key (a Prometheus without one)
+    cors_origins: tuple[str, ...] = ()  # browser origins allowed besides the server's own; "*": any
 
     def __post_init__(self) -> None:
         if self.metrics_compat not in ("", "llamacpp"):
             raise ValueError(f"unknown metrics compatibility: {self.metrics_compat}")
+        if any(not key for key in self.api_keys):
+            raise ValueError("an API key must not be empty")  # a blank key protects nothing
 
     @property
     def model_name(self) -> str:

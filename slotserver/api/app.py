@@ -15,14 +15,14 @@ from typing import Callable
 
 from aiohttp import web
 
-from slotserver.api.bodies import error_body, json_response
 from slotserver.api.metrics import setup_metrics
+from slotserver.api.middleware import error_middleware, request_limit
 from slotserver.api.routes import setup_routes
+from slotserver.api.security import Policy, cors_headers, security_middleware
 from slotserver.api.state import STATE, State
 from slotserver.chain import DraftChain
 from slotserver.config import ServerConfig
 from slotserver.engine import Engine
-from slotserver.errors import ServerError
 from slotserver.fingerprint import vocab_fingerprint
 from slotserver.persist import Persistence
 from slotserver.runner import Runner
@@ -31,26 +31,8 @@ from slotserver.stats import ServerStats
 
 log = logging.getLogger(__name__)
 
-MAX_BODY_BYTES = 64 * 1024 * 1024
-
-
-@web.middleware
-async def error_middleware(request: web.Request, handler):
-    """Translate errors into JSON once; the server keeps serving. Internal details are only logged."""
-    try:
-        return await handler(request)
-    except ServerError as exc:
-        return json_response(exc.to_json(), exc.status)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        kind = "not_found_error" if exc.status == 404 else "invalid_request_error"
-        return json_response(error_body(exc.status, exc.reason, kind), exc.status)
-    except (asyncio.CancelledError, ConnectionResetError):
-        raise
-    except Exception:
-        log.exception("unhandled error in %s %s", request.method, request.path)
-        return json_response(error_body(500, "internal server error", "server_error"), 500)
+# Context size to size the body limit by when -c 0 asks for the model's (unknown before loading).
+N_CTX_UNKNOWN = 131072
 
 
 def _engine_ctx(on_fatal: Callable[[str], None]):
@@ -73,7 +55,7 @@ def _engine_ctx(on_fatal: Callable[[str], None]):
                 on_fatal(state.load_error)
                 return
             runner = Runner(engine, chain, n_parallel=config.engine.n_parallel, cache_prompt=config.cache_prompt,
-                            stats=stats, persistence=persistence, on_fatal=on_fatal)
+                            stats=stats, persistence=persistence, on_fatal=on_fatal, limits=config.limits)
             state.runner, state.service = runner, CompletionService(config, runner)
             log.info("model loaded: %s, n_ctx %d, %d slots, speculation: %s",
                      engine.description, engine.n_ctx, config.engine.n_parallel, ",".join(chain.types) or "none")
@@ -99,7 +81,13 @@ def _log_fatal(reason: str) -> None:
 
 def create_app(config: ServerConfig, *, on_fatal: Callable[[str], None] = _log_fatal) -> web.Application:
     """The application for ``config``. ``on_fatal(reason)`` is called if the engine cannot run."""
-    app = web.Application(middlewares=[error_middleware], client_max_size=MAX_BODY_BYTES)
+    max_body = config.limits.body_bytes(config.engine.n_ctx or N_CTX_UNKNOWN)
+    # Security right inside the error middleware: see slotserver/api/security.py for why there.
+    security = Policy.from_config(config)
+    app = web.Application(middlewares=[error_middleware, security_middleware(security),
+                                       request_limit(config.limits.max_requests)],
+                          client_max_size=max_body)
+    app.on_response_prepare.append(cors_headers(security))
     app[STATE] = State(config)
     setup_routes(app, metrics_handler=setup_metrics(app) if config.metrics else None)
     app.cleanup_ctx.append(_engine_ctx(on_fatal))

@@ -1,0 +1,311 @@
+"""Who may talk to the server: API keys (llama-server's) and a browser Origin policy.
+
+Two threats, two checks, both in one middleware that runs before any handler reads a body:
+
+* **Keys.** With ``--api-key``/``--api-key-file``/``LLAMA_API_KEY`` set, every request except the
+  exempt ones (``EXEMPT_PATHS``; ``/metrics`` too with ``--metrics-no-auth``) and OPTIONS must show
+  one configured key as ``Authorization: Bearer KEY`` or ``X-Api-Key: KEY``, else 401. A request
+  with a valid key carries the key's id (``key-N``) as ``request[TENANT]``: ``--spec-learning
+  per-key`` keeps one draft chain per key (``slotserver/chains.py``).
+* **Origins.** Any web page the user visits can POST ``text/plain`` to a server on localhost or the
+  LAN: such a "simple" request needs no CORS preflight, so the browser sends it and the server would
+  act on it (the page just cannot read the answer). Browsers put an ``Origin`` header on every such
+  request, so a request whose ``Origin`` is neither the server's own (same scheme://host:port as its
+  ``Host``) nor listed with ``--cors-origin`` gets 403, with or without a valid key: a foreign page
+  cannot know the key anyway, and refusing it outright keeps the rule simple. Clients that send no
+  ``Origin`` (curl, Python, the openai package) are unaffected.
+
+The same-origin rule trusts ``Host``, so it cannot stop DNS rebinding (the attacker's name then
+resolves to this server and ``Origin`` matches ``Host``); a key does.
+
+``create_app`` installs ``security_middleware`` right inside the error middleware (a bug here still
+answers JSON), hence inside the request counter (refusals are counted), and outside every other
+middleware (a refused request takes no request-limit place). ``cors_headers`` is a response signal:
+a streamed response sends its headers from inside the handler, past any middleware. The pure
+helpers (key lists, key checking, origin parsing and matching) are tested without a server.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+from urllib.parse import urlsplit
+
+from aiohttp import web
+
+from slotserver.api.bodies import error_body, json_response
+from slotserver.api.state import TENANT
+from slotserver.config import ServerConfig
+
+log = logging.getLogger(__name__)
+
+# llama-server reads its --api-key from this variable when the flag is not given.
+API_KEY_ENV = "LLAMA_API_KEY"
+# llama-server's public endpoints: health checks and model listing must work for probes and clients
+# that discover the server before they are configured. "/models" is not routed yet; it stays here so
+# that it is exempt the day it is.
+EXEMPT_PATHS = frozenset({"/health", "/v1/health", "/models", "/v1/models"})
+METRICS_PATH = "/metrics"  # exempt only with --metrics-no-auth (a Prometheus without credentials)
+BEARER = "bearer"  # the Authorization scheme, compared case-insensitively (RFC 9110 section 11.1)
+API_KEY_HEADER = "X-Api-Key"
+ANY_ORIGIN = "*"  # --cors-origin '*': every origin is allowed
+# Ports browsers leave out of an Origin; "http://h" and "http://h:80" are the same origin.
+DEFAULT_PORTS = {"http": 80, "https": 443}
+# What a preflight may ask for: the methods the routes use, and the headers a browser client needs
+# to send a key and a JSON body.
+ALLOW_METHODS = "GET, POST, OPTIONS"
+ALLOW_HEADERS = "Authorization, X-Api-Key, Content-Type"
+# Browsers cap this (Chromium at 2 hours); 10 minutes saves a preflight per request without making
+# a changed --cors-origin take long to be seen.
+PREFLIGHT_MAX_AGE_S = 600
+INVALID_KEY = "Invalid API Key"  # llama-server's message, which clients may match on
+# RFC 9110 requires a 401 to name the scheme it wants; llama-server omits it, clients ignore it.
+WWW_AUTHENTICATE = "Bearer"
+MAX_ECHOED_ORIGIN = 200  # characters of a refused Origin quoted back: the error stays small
+# Bind addresses only this machine reaches; any other without a key is worth a warning at start.
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
+
+
+# --- keys -------------------------------------------------------------------------------------------
+
+def split_keys(values: Iterable[str], *, source: str) -> tuple[str, ...]:
+    """Keys from ``--api-key`` values, each a comma list as llama-server's; ``source`` names the origin.
+
+    An empty key is an error rather than skipped: ``--api-key ""`` meant to protect the server and
+    must not silently leave it open.
+    """
+    keys = []
+    for value in values:
+        for key in value.split(","):
+            key = key.strip()
+            if not key:
+                raise ValueError(f"{source}: empty API key in {value!r}")
+            keys.append(key)
+    return tuple(keys)
+
+
+def read_key_file(path: str) -> tuple[str, ...]:
+    """One key per line; blank lines and lines starting with ``#`` are ignored. No key is an error."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"--api-key-file: cannot read {path}: {exc}") from None
+    keys = tuple(s for s in (line.strip() for line in lines) if s and not s.startswith("#"))
+    if not keys:
+        raise ValueError(f"--api-key-file: {path} holds no key")
+    return keys
+
+
+def load_api_keys(*, flags: Iterable[str] | None, files: Iterable[str] | None,
+                  environ: Mapping[str, str] = os.environ) -> tuple[str, ...]:
+    """Every configured key, in order, without duplicates.
+
+    As in llama-server, ``LLAMA_API_KEY`` stands for ``--api-key`` when that flag is absent; key
+    files add to either. An empty variable counts as unset (``export LLAMA_API_KEY=``).
+    """
+    keys: list[str] = []
+    if flags:
+        keys += split_keys(flags, source="--api-key")
+    elif environ.get(API_KEY_ENV, "").strip():
+        keys += split_keys([environ[API_KEY_ENV]], source=API_KEY_ENV)
+    for path in files or ():
+        keys += read_key_file(path)
+    return tuple(dict.fromkeys(keys))
+
+
+def key_digest(key: str) -> bytes:
+    """Keys are compared as SHA-256 digests: equal lengths, so the comparison time tells nothing
+    about a key's length either; ``surrogatepass`` lets any header text encode (never raises)."""
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()
+
+
+def key_index(candidate: str, digests: Iterable[bytes]) -> int | None:
+    """Which key ``candidate`` is (its position), or None; every key is compared, no early exit."""
+    given = key_digest(candidate)
+    found = None
+    for i, digest in enumerate(digests):
+        if hmac.compare_digest(given, digest):
+            found = i
+    return found
+
+
+def key_matches(candidate: str, digests: Iterable[bytes]) -> bool:
+    return key_index(candidate, digests) is not None
+
+
+def presented_keys(headers: Mapping[str, str]) -> list[str]:
+    """The keys a request shows: a Bearer token and/or an ``X-Api-Key`` value (either may match)."""
+    out = []
+    scheme, _, token = headers.get("Authorization", "").strip().partition(" ")
+    if scheme.lower() == BEARER and token.strip():
+        out.append(token.strip())
+    if (value := headers.get(API_KEY_HEADER, "").strip()):
+        out.append(value)
+    return out
+
+
+def tenant_id(index: int) -> str:
+    """The id a key's requests carry (``TENANT``): its 1-based position among the configured keys.
+    Never the key itself, nor a hash of it, which a weak key would not survive in a log."""
+    return f"key-{index + 1}"
+
+
+def authorized(headers: Mapping[str, str], digests: tuple[bytes, ...]) -> str | None:
+    """The tenant id of the key the request shows, or None. Each presented key is checked against
+    every digest (no short-circuit); a Bearer token that matches wins over ``X-Api-Key``."""
+    found = [i for i in [key_index(k, digests) for k in presented_keys(headers)] if i is not None]
+    return tenant_id(found[0]) if found else None
+
+
+def needs_key(path: str, *, metrics_no_auth: bool) -> bool:
+    return path not in EXEMPT_PATHS and not (metrics_no_auth and path == METRICS_PATH)
+
+
+# --- origins ----------------------------------------------------------------------------------------
+
+def normalize_origin(text: str) -> str | None:
+    """``scheme://host[:port]`` in canonical form (lower case, default port left out), or None when
+    ``text`` is not a serialized origin (``null``, a path, credentials, a bad port...)."""
+    try:
+        parts = urlsplit(text.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    if not parts.scheme or not parts.hostname or parts.username is not None or parts.password is not None:
+        return None
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        return None
+    scheme, host = parts.scheme.lower(), parts.hostname.lower()
+    if ":" in host:  # IPv6 literal: urlsplit dropped the brackets
+        host = f"[{host}]"
+    if port is None or port == DEFAULT_PORTS.get(scheme):
+        return f"{scheme}://{host}"
+    return f"{scheme}://{host}:{port}"
+
+
+def parse_cors_origins(values: Iterable[str] | None) -> tuple[str, ...]:
+    """``--cors-origin`` values, normalized; ``*`` is kept as is. A malformed one is an error."""
+    out = []
+    for value in values or ():
+        origin = ANY_ORIGIN if value.strip() == ANY_ORIGIN else normalize_origin(value)
+        if origin is None:
+            raise ValueError(f"--cors-origin: {value!r} is not an origin (scheme://host[:port]) or '*'")
+        out.append(origin)
+    return tuple(dict.fromkeys(out))
+
+
+def origin_allowed(origin: str, *, own: str | None, allowed: tuple[str, ...]) -> bool:
+    """Whether a request carrying ``Origin: origin`` may be served. ``own`` is the server's origin as
+    the request addressed it; ``allowed`` the normalized ``--cors-origin`` values."""
+    if ANY_ORIGIN in allowed:
+        return True
+    normal = normalize_origin(origin)
+    return normal is not None and (normal == own or normal in allowed)
+
+
+def own_origin(request: web.Request) -> str | None:
+    """The origin the client addressed: this connection's scheme and the request's ``Host``."""
+    return normalize_origin(f"{request.scheme}://{request.host}")
+
+
+# --- HTTP -------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Policy:
+    key_digests: tuple[bytes, ...]  # empty: no key needed
+    metrics_no_auth: bool
+    cors_origins: tuple[str, ...]
+
+    @classmethod
+    def from_config(cls, config: ServerConfig) -> "Policy":
+        if not config.api_keys and config.host not in LOOPBACK_HOSTS:
+            log.warning("listening on %s without an API key: anyone who can reach it can use it (--api-key)",
+                        config.host)
+        return cls(key_digests=tuple(key_digest(k) for k in config.api_keys),
+                   metrics_no_auth=config.metrics_no_auth, cors_origins=config.cors_origins)
+
+    def allowed_origin(self, request: web.Request) -> str | None:
+        """The request's ``Origin`` if it has one and it is allowed; else None."""
+        origin = request.headers.get("Origin")
+        if origin is None or not origin_allowed(origin, own=own_origin(request), allowed=self.cors_origins):
+            return None
+        return origin
+
+
+def route_path(request: web.Request) -> str:
+    """The path of the route that will run: exemption follows the handler, never a spelling of the
+    URL; an unrouted request (only a 404 or 405 can answer it) falls back to its path."""
+    resource = request.match_info.route.resource
+    return resource.canonical if resource is not None else request.path
+
+
+def set_tenant(request: web.Request, tenant: str) -> None:
+    # state.TENANT is a plain str key, on which aiohttp warns (NotAppKeyWarning, an error under the
+    # suite's filterwarnings) in favour of web.RequestKey. Only that warning is silenced, only here;
+    # once TENANT is a RequestKey this needs no change.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", web.NotAppKeyWarning)
+        request[TENANT] = tenant
+
+
+def refusal(status: int, message: str, kind: str) -> web.Response:
+    response = json_response(error_body(status, message, kind), status)
+    if status == 401:
+        response.headers["WWW-Authenticate"] = WWW_AUTHENTICATE
+    return response
+
+
+def preflight(origin: str | None) -> web.Response:
+    """Any OPTIONS: 204. To an allowed origin, the CORS grant (the ACAO header is added on prepare)."""
+    headers = {"Allow": ALLOW_METHODS}
+    if origin is not None:
+        headers.update({"Access-Control-Allow-Methods": ALLOW_METHODS,
+                        "Access-Control-Allow-Headers": ALLOW_HEADERS,
+                        "Access-Control-Max-Age": str(PREFLIGHT_MAX_AGE_S)})
+    return web.Response(status=204, headers=headers)
+
+
+def security_middleware(policy: Policy):
+    """Origin first (403), then OPTIONS (204, no key: browsers send no credentials on a preflight),
+    then the key (401); only then does the handler run."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler):
+        origin = request.headers.get("Origin")
+        allowed = policy.allowed_origin(request)
+        if origin is not None and allowed is None:
+            message = f"origin {origin[:MAX_ECHOED_ORIGIN]!r} not allowed; see --cors-origin"
+            return refusal(403, message, "permission_error")
+        if request.method == "OPTIONS":
+            return preflight(allowed)
+        if policy.key_digests:
+            tenant = authorized(request.headers, policy.key_digests)
+            if tenant is not None:
+                set_tenant(request, tenant)  # whose learned drafter state the request uses (chains.py)
+            elif needs_key(route_path(request), metrics_no_auth=policy.metrics_no_auth):
+                return refusal(401, INVALID_KEY, "authentication_error")
+        return await handler(request)
+
+    return middleware
+
+
+def cors_headers(policy: Policy):
+    """``on_response_prepare`` signal: ``Access-Control-Allow-Origin`` on every response to an
+    allowed Origin (a same-origin one included), streamed ones too."""
+
+    async def on_prepare(request: web.Request, response: web.StreamResponse) -> None:
+        origin = policy.allowed_origin(request)
+        if origin is None:
+            return
+        response.headers["Access-Control-Allow-Origin"] = origin
+        vary = response.headers.get("Vary", "")
+        if "origin" not in vary.lower():
+            response.headers["Vary"] = f"{vary}, Origin" if vary else "Origin"
+
+    return on_prepare

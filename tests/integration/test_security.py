@@ -1,0 +1,177 @@
+"""API keys and the browser Origin policy on real servers (slotserver/api/security.py).
+
+Three small servers, one slot each: ``keyed`` (``--api-key k1,k2``, a key file with ``k3``,
+``--metrics``, ``--cors-origin http://allowed.example``), ``scraped`` (a key and
+``--metrics-no-auth``) and ``open`` (no key: the default, where the Origin policy alone stops a
+foreign page). Requests stay tiny (``n_predict`` <= 4).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import LiveServer
+from tests.metrics.promtext import delta, parse
+
+COMMON = ["-c", "1024", "-np", "1", "-t", "1", "--spec-type", "none"]
+ALLOWED = "http://allowed.example"
+FOREIGN = "http://evil.example"
+TINY = {"prompt": "The capital of France is", "n_predict": 2, "temperature": 0.0}
+CHAT = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "temperature": 0.0}
+INVALID_KEY = {"error": {"code": 401, "message": "Invalid API Key", "type": "authentication_error"}}
+PREFLIGHT = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization,content-type"}
+
+
+async def start(argv: list[str]) -> LiveServer:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("LLAMA_API_KEY", raising=False)  # the environment would stand for --api-key
+        return await LiveServer(COMMON + argv).start()
+
+
+@pytest.fixture(scope="module")
+async def keyed(tmp_path_factory):
+    key_file = tmp_path_factory.mktemp("keys") / "api-keys"
+    key_file.write_text("# the editor plugin's key\n\nk3\n")
+    srv = await start(["--api-key", "k1,k2", "--api-key-file", str(key_file), "--metrics",
+                       "--cors-origin", ALLOWED])
+    yield srv
+    await srv.stop()
+
+
+@pytest.fixture(scope="module")
+async def scraped():
+    srv = await start(["--api-key", "k1", "--metrics", "--metrics-no-auth"])
+    yield srv
+    await srv.stop()
+
+
+@pytest.fixture(scope="module")
+async def open_server():
+    srv = await start([])
+    yield srv
+    await srv.stop()
+
+
+async def call(srv: LiveServer, method: str, path: str, body=None, **headers: str):
+    """(status, headers, JSON or text). ``body``: a dict is sent as JSON text, a str as is."""
+    data = json.dumps(body) if isinstance(body, dict) else body
+    headers = {k.replace("_", "-"): v for k, v in headers.items()}
+    async with srv.http.request(method, srv.url + path, data=data, headers=headers) as resp:
+        text = await resp.text()
+        try:
+            out = json.loads(text)
+        except ValueError:
+            out = text
+        return resp.status, resp.headers, out
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def finished(srv: LiveServer) -> int:
+    """Completions the engine finished: a refused request must not add one."""
+    return srv.state.runner.stats.n_requests_finished
+
+
+@pytest.mark.parametrize("method, path, body", [
+    ("POST", "/completion", TINY), ("POST", "/v1/chat/completions", CHAT), ("GET", "/metrics", None),
+    ("GET", "/slots", None),
+])
+@pytest.mark.parametrize("headers", [{}, bearer("k9"), {"X-Api-Key": "k9"}, {"Authorization": "k1"}],
+                         ids=["none", "wrong-bearer", "wrong-x-api-key", "no-bearer-scheme"])
+async def test_missing_or_wrong_key_is_401(keyed, method, path, body, headers):
+    before = finished(keyed)
+    status, _, out = await call(keyed, method, path, body, **headers)
+    assert (status, out) == (401, INVALID_KEY)
+    assert finished(keyed) == before
+
+
+@pytest.mark.parametrize("key", ["k1", "k2", "k3"], ids=["flag-1", "flag-2", "key-file"])
+@pytest.mark.parametrize("header", ["bearer", "x-api-key"])
+async def test_every_key_works_in_either_header(keyed, key, header):
+    headers = bearer(key) if header == "bearer" else {"X-Api-Key": key}
+    status, _, out = await call(keyed, "POST", "/completion", TINY, **headers)
+    assert status == 200 and out["tokens_predicted"] == 2
+    status, _, out = await call(keyed, "POST", "/v1/chat/completions", CHAT, **headers)
+    assert status == 200 and out["choices"][0]["message"]["role"] == "assistant"
+    assert (await call(keyed, "GET", "/slots", **headers))[0] == 200
+
+
+async def test_exempt_endpoints_need_no_key(keyed):
+    for path in ("/health", "/v1/health", "/v1/models"):
+        assert (await call(keyed, "GET", path))[0] == 200, path
+    assert (await call(keyed, "GET", "/models"))[0] == 404  # exempt, not routed yet
+
+
+async def test_metrics_no_auth_opens_metrics_only(scraped):
+    status, _, text = await call(scraped, "GET", "/metrics")
+    assert status == 200 and "slotserver_http_requests_total" in text
+    status, _, out = await call(scraped, "POST", "/completion", TINY)
+    assert (status, out) == (401, INVALID_KEY)
+    assert (await call(scraped, "GET", "/slots"))[0] == 401
+
+
+async def test_refused_requests_are_counted(keyed):
+    async def scrape():
+        status, _, text = await call(keyed, "GET", "/metrics", **bearer("k1"))
+        assert status == 200
+        return parse(text)
+
+    before = await scrape()
+    await call(keyed, "POST", "/completion", TINY)
+    await call(keyed, "POST", "/completion", TINY, Origin=FOREIGN, X_Api_Key="k1")
+    after = await scrape()
+    assert delta(after, before, "slotserver_http_requests_total", endpoint="/completion",
+                 outcome="client_error") == 2
+
+
+@pytest.mark.parametrize("srv_name, headers", [
+    ("keyed", {"X-Api-Key": "k1"}),  # a valid key does not help: a page cannot have it anyway
+    ("keyed", {}),
+    ("open", {}),  # the default configuration: the Origin policy alone refuses it
+])
+async def test_cross_origin_text_plain_post_is_403_before_any_work(keyed, open_server, srv_name, headers):
+    srv = keyed if srv_name == "keyed" else open_server
+    before = finished(srv)
+    status, resp_headers, out = await call(srv, "POST", "/completion", json.dumps(TINY), Origin=FOREIGN,
+                                           Content_Type="text/plain", **headers)
+    assert status == 403
+    assert out["error"]["code"] == 403 and out["error"]["type"] == "permission_error"
+    assert FOREIGN in out["error"]["message"] and "not allowed" in out["error"]["message"]
+    assert "Access-Control-Allow-Origin" not in resp_headers
+    assert finished(srv) == before
+
+
+async def test_same_origin_and_allowed_origin_pass_with_the_header(keyed):
+    for origin in (keyed.url, ALLOWED):
+        status, headers, out = await call(keyed, "POST", "/completion", TINY, Origin=origin, X_Api_Key="k1")
+        assert status == 200 and out["tokens_predicted"] == 2, origin
+        assert headers["Access-Control-Allow-Origin"] == origin and "Origin" in headers["Vary"]
+    # A streamed answer sends its headers from inside the handler; it carries the header too.
+    status, headers, text = await call(keyed, "POST", "/completion", {**TINY, "stream": True}, Origin=ALLOWED,
+                                       X_Api_Key="k1")
+    assert status == 200 and headers["Access-Control-Allow-Origin"] == ALLOWED
+    assert text.startswith("data: ")
+
+
+async def test_preflight(keyed):
+    status, headers, _ = await call(keyed, "OPTIONS", "/v1/chat/completions", Origin=FOREIGN, **PREFLIGHT)
+    assert status == 403 and "Access-Control-Allow-Origin" not in headers
+    status, headers, _ = await call(keyed, "OPTIONS", "/v1/chat/completions", Origin=ALLOWED, **PREFLIGHT)
+    assert status == 204  # no key: browsers send none on a preflight
+    assert headers["Access-Control-Allow-Origin"] == ALLOWED and headers["Vary"] == "Origin"
+    assert "POST" in headers["Access-Control-Allow-Methods"]
+    allowed = {h.strip().lower() for h in headers["Access-Control-Allow-Headers"].split(",")}
+    assert {"authorization", "x-api-key", "content-type"} <= allowed
+
+
+@pytest.mark.parametrize("srv_name, headers", [("keyed", bearer("k2")), ("open", {})])
+async def test_curl_d_form_post_without_origin_still_completes(keyed, open_server, srv_name, headers):
+    srv = keyed if srv_name == "keyed" else open_server
+    status, resp_headers, out = await call(srv, "POST", "/completion", json.dumps(TINY),
+                                           Content_Type="application/x-www-form-urlencoded", **headers)
+    assert status == 200 and out["tokens_predicted"] == 2
+    assert "Access-Control-Allow-Origin" not in resp_headers
