@@ -13,6 +13,8 @@ Differences from llama.cpp, on purpose:
   impl only counts inside each new chunk);
 * the dynamic cache is shared by all slots and learns at ``begin()`` of the next request on a
   slot (the slot's previous context cache is merged into it); llama.cpp's server never learns;
+* the dynamic cache is bounded: ``NgramCacheConfig.dynamic_max_bytes`` (a ``BoundedNgramCache``,
+  eviction rule in ``ngram/cache_data.py``); llama.cpp's grows without bound;
 * ties between equally scored tokens go to the token inserted first (llama.cpp: unspecified
   ``unordered_map`` order); n-gram sizes longer than the sequence are skipped (llama.cpp reads
   out of bounds); thresholds are indexed by n-gram size.
@@ -23,7 +25,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from ngram.cache_data import NGRAM_MAX, NGRAM_MIN, NGRAM_STATIC, Ngram, NgramCache, make_ngram, ngram_size
+from ngram.cache_data import (
+    NGRAM_MAX,
+    NGRAM_MIN,
+    NGRAM_STATIC,
+    BoundedNgramCache,
+    Ngram,
+    NgramCache,
+    make_ngram,
+    ngram_size,
+)
 
 __all__ = ["NgramCache", "NgramCacheConfig", "NgramCacheDrafter", "cache_draft"]
 
@@ -34,6 +45,10 @@ MIN_SAMPLE_STRICT = (4, 3, 2, 2)
 MIN_PERCENT_STRICT = (75, 66, 66, 66)
 STATIC_WEIGHT = 100  # a candidate seen after the static 2-gram weighs 100 x its static count
 N_DRAFT = 8  # llama.cpp's server hard-codes the ngram-cache draft length
+# Default memory budget of the dynamic cache: ~130k n-grams at the estimated ~510 B each (the
+# n-grams of ~45k tokens of fresh text; repeated text adds far fewer), small next to a model's
+# weights and KV cache.
+DYNAMIC_MAX_BYTES = 64 * 1024 * 1024
 
 
 def try_draft_primary(
@@ -115,12 +130,15 @@ class NgramCacheConfig:
     n_draft: int = N_DRAFT  # longest draft (the chain's n_max may cut it further)
     ngram_min: int = NGRAM_MIN
     ngram_max: int = NGRAM_MAX
+    dynamic_max_bytes: int = DYNAMIC_MAX_BYTES  # memory budget of the shared dynamic cache
 
     def __post_init__(self) -> None:
         if not NGRAM_MIN <= self.ngram_min <= self.ngram_max <= NGRAM_MAX:
             raise ValueError(f"n-gram sizes must satisfy {NGRAM_MIN} <= min <= max <= {NGRAM_MAX}")
         if self.n_draft < 0:
             raise ValueError("n_draft must be >= 0")
+        if self.dynamic_max_bytes < 1:
+            raise ValueError("the dynamic cache's memory budget must be > 0")
 
 
 @dataclass(slots=True)
@@ -139,8 +157,16 @@ class NgramCacheDrafter:
     ) -> None:
         self.config = config or NgramCacheConfig()
         self.static = static if static is not None else NgramCache()  # read-only
-        self.dynamic = dynamic if dynamic is not None else NgramCache()  # shared by all slots
+        self.dynamic = BoundedNgramCache(max_bytes=self.config.dynamic_max_bytes)  # shared by all slots
+        if dynamic is not None:
+            self.adopt_dynamic(dynamic)
         self.slots: dict[int, SlotCache] = {}
+
+    def adopt_dynamic(self, cache: NgramCache) -> int:
+        """Make ``cache`` (e.g. loaded from a file) the dynamic cache, within the memory budget.
+        Returns how many n-grams had to be evicted to fit."""
+        self.dynamic = BoundedNgramCache(cache.parts, max_bytes=self.config.dynamic_max_bytes)
+        return self.dynamic.n_evicted
 
     def _count(self, st: SlotCache, new_tokens: Sequence[int]) -> None:
         st.tokens.extend(int(t) for t in new_tokens)
@@ -175,8 +201,7 @@ class NgramCacheDrafter:
 
     def learned(self) -> NgramCache:
         """The dynamic cache plus what the slots have seen so far (a copy: nothing is counted twice)."""
-        out = NgramCache()
-        out.merge(self.dynamic)
+        out = self.dynamic.copy()
         for st in self.slots.values():
             out.merge(st.context)
         return out

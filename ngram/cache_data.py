@@ -1,15 +1,29 @@
 """The n-gram cache data structure: n-gram (4 tokens, -1 padded) -> {next token: count}.
 
 After llama.cpp ``common_ngram_cache`` (``common/ngram-cache.{h,cpp}``, lookup decoding). Only the
-data structure lives here (update, merge, lookups); the drafting policy is in ``ngram/cache.py``
-and the file formats in ``ngram/cachefile.py``.
+data structure lives here (update, merge, lookups, the memory estimate and the bounded variant);
+the drafting policy is in ``ngram/cache.py`` and the file formats in ``ngram/cachefile.py``.
+
+``BoundedNgramCache`` keeps its estimated memory under a budget (llama.cpp's caches grow without
+bound). Eviction rule: when an update takes the estimate over the budget, whole n-grams are
+dropped in increasing order of *value per byte*, the count of their most frequent follower (how
+often the token they would draft was right) divided by their estimated bytes, and among equal
+values the one learned first, until the estimate is at most ``EVICT_TO_FRACTION`` of the
+budget. So n-grams seen once go first (they cannot pass ``MIN_SAMPLE_STRICT`` in
+``ngram/cache.py``), and so do n-grams with hundreds of followers none of which dominates (they
+cost hundreds of entries and cannot pass ``MIN_PERCENT_STRICT``). One pass costs O(n log n) for n
+n-grams and is followed by at least a quarter of the budget of new entries before the next:
+O(log n) amortised per update, never a scan per token.
 """
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from itertools import repeat
 from typing import Iterable, Sequence
+
+import numpy as np
 
 NGRAM_MIN = 1  # LLAMA_NGRAM_MIN
 NGRAM_MAX = 4  # LLAMA_NGRAM_MAX: n-grams are stored as 4 tokens
@@ -17,6 +31,25 @@ NGRAM_STATIC = 2  # LLAMA_NGRAM_STATIC: the static (corpus) cache uses 2-grams
 TOKEN_NULL = -1  # LLAMA_TOKEN_NULL pads n-grams shorter than NGRAM_MAX
 
 Ngram = tuple[int, int, int, int]
+
+# Memory estimate, measured with tracemalloc on CPython 3.11 (tests/ngram/test_cache_budget.py
+# measures it again). Per n-gram: the 4-tuple key (72 B), up to 4 token ints outside CPython's
+# small-int cache (28 B each), the follower dict (224 B) and its first follower's token (28 B):
+# 436 B measured with every int distinct, as after loading a file. Per further follower: its
+# token (28 B) plus the follower dict's table growth, 42-81 B amortised and 81 B just after the
+# table doubled. A count above 256 is one more int (28 B, uncounted: only frequent n-grams have
+# one). The outer dict's table is taken from sys.getsizeof (30-60 B per n-gram). Caches learned
+# from Zipf-distributed text measure 350 B (learned) to 398 B (loaded) per n-gram all included, at
+# 1.3 followers per n-gram, against ~510 B estimated: an upper bound, 25-45% above typical.
+BYTES_PER_NGRAM = 440
+BYTES_PER_ENTRY = 80  # each follower after an n-gram's first
+DICT_SLOT_MAX = 60  # bytes per key of a dict table just after it doubled (2/3 load, 24 B entries + index)
+EVICT_TO_FRACTION = 0.75  # an eviction pass frees down to this share of the budget (see the module doc)
+
+
+def estimate_bytes(n_ngrams: int, n_entries: int, table_bytes: int) -> int:
+    """Upper bound of a cache's CPython memory; ``table_bytes`` is ``sys.getsizeof(parts)``."""
+    return table_bytes + BYTES_PER_NGRAM * n_ngrams + BYTES_PER_ENTRY * (n_entries - n_ngrams)
 
 
 def make_ngram(tokens: Sequence[int]) -> Ngram:
@@ -84,6 +117,11 @@ class NgramCache:
             pads = [repeat(TOKEN_NULL)] * (NGRAM_MAX - s)
             self.add_counts(Counter(zip(zip(*cols, *pads), tokens[start:])).items())
 
+    def copy(self) -> "NgramCache":
+        """An independent plain copy (e.g. a snapshot to save on another thread)."""
+        parts = self.parts
+        return NgramCache(dict(zip(parts.keys(), map(dict.copy, parts.values()))))  # ~40% faster than merge
+
     def merge(self, other: "NgramCache") -> None:
         """``common_ngram_cache_merge``: add every count of ``other`` into this cache."""
         parts = self.parts
@@ -96,5 +134,87 @@ class NgramCache:
                 part[token] = part.get(token, 0) + count
 
     def size_bytes(self) -> int:
-        """Approximate CPython memory: dict slots, 4-tuples and small dicts."""
-        return self.n_ngrams * (100 + 72 + 64 + 232) + self.n_entries * 60
+        """Estimated CPython memory (an upper bound, see ``BYTES_PER_NGRAM``)."""
+        return estimate_bytes(self.n_ngrams, self.n_entries, sys.getsizeof(self.parts))
+
+
+class BoundedNgramCache(NgramCache):
+    """An ``NgramCache`` whose ``size_bytes()`` stays at most ``max_bytes`` (eviction rule: module doc).
+
+    Change it only through ``add_counts``, ``update`` and ``merge``: they count new entries as
+    they go, so the estimate is O(1). ``n_evicted`` counts the n-grams dropped so far.
+    """
+
+    def __init__(self, parts: dict[Ngram, dict[int, int]] | None = None, *, max_bytes: int) -> None:
+        if max_bytes < 1:
+            raise ValueError(f"max_bytes must be >= 1, got {max_bytes}")
+        super().__init__(parts)
+        self.max_bytes = max_bytes
+        self._n_entries = sum(map(len, self.parts.values()))
+        self.n_evicted = 0
+        self.n_eviction_passes = 0
+        self._enforce()
+
+    @property
+    def n_entries(self) -> int:
+        return self._n_entries
+
+    def size_bytes(self) -> int:
+        return estimate_bytes(len(self.parts), self._n_entries, sys.getsizeof(self.parts))
+
+    def add_counts(self, items: Iterable[tuple[tuple[Ngram, int], int]]) -> None:
+        parts = self.parts
+        n_new = 0
+        for (ngram, token), count in items:
+            part = parts.get(ngram)
+            if part is None:
+                parts[ngram] = {token: count}
+                n_new += 1
+            elif token in part:
+                part[token] += count
+            else:
+                part[token] = count
+                n_new += 1
+        self._n_entries += n_new
+        self._enforce()
+
+    def merge(self, other: NgramCache) -> None:
+        parts = self.parts
+        n_new = 0
+        for ngram, part_add in other.parts.items():
+            part = parts.get(ngram)
+            if part is None:
+                parts[ngram] = dict(part_add)
+                n_new += len(part_add)
+                continue
+            for token, count in part_add.items():
+                if token in part:
+                    part[token] += count
+                else:
+                    part[token] = count
+                    n_new += 1
+        self._n_entries += n_new
+        self._enforce()
+
+    def _enforce(self) -> None:
+        if self.size_bytes() > self.max_bytes:
+            self._evict(int(self.max_bytes * EVICT_TO_FRACTION))
+
+    def _evict(self, target: int) -> None:
+        """Keep the n-grams of most value per byte (the latest learned among equals) that fit in
+        ``target`` bytes."""
+        parts = self.parts
+        n = len(parts)
+        sizes = np.fromiter(map(len, parts.values()), dtype=np.int64, count=n)
+        best = np.fromiter(map(max, map(dict.values, parts.values())), dtype=np.float64, count=n)
+        # Worst-case bytes of each n-gram once in the rebuilt dict (its table slot included).
+        cost = BYTES_PER_NGRAM + DICT_SLOT_MAX + BYTES_PER_ENTRY * (sizes - 1)
+        order = np.argsort(best / cost, kind="stable")  # least value per byte first; equals in learning order
+        n_keep = int(np.searchsorted(np.cumsum(cost[order][::-1]), target - sys.getsizeof({}), side="right"))
+        keep = np.zeros(n, dtype=bool)
+        keep[order[n - n_keep :]] = True
+        # A new dict, not deletions: a dict's table never shrinks when keys are deleted.
+        self.parts = {ngram: part for (ngram, part), k in zip(parts.items(), keep.tolist()) if k}
+        self._n_entries = int(sizes[keep].sum())
+        self.n_evicted += n - n_keep
+        self.n_eviction_passes += 1

@@ -12,6 +12,11 @@ give identical bytes. As in llama.cpp's loader, a repeated n-gram or token keeps
 We also reject what llama.cpp would not produce (negative tokens, -1 inside an n-gram), which
 catches most foreign files.
 
+**Vocabulary check**: with ``n_vocab`` (the model's vocabulary size), a token id ``>= n_vocab``
+in an n-gram or among the followers is refused with its byte offset: a cache built for a larger
+vocabulary would otherwise draft tokens that make ``llama_decode`` fail for every slot in the
+batch. The -1 padding of n-grams is not a token and is valid.
+
 **msgpack format**: ``b"SSNGRAM"`` + header ``{version, fingerprint, n_ngrams, n_entries}`` +
 four int32 bins (n-grams x4, ntokens, tokens, counts). A file made for another tokenizer
 (fingerprint differs from the expected one) is refused. ``load_cache`` detects the format.
@@ -31,6 +36,9 @@ from ngram.fileio import (
     HeadedReader,
     atomic_write_bytes,
     check_fingerprint,
+    check_n_vocab,
+    check_token_ids,
+    out_of_vocab,
     pack_headed,
     read_file,
 )
@@ -42,6 +50,7 @@ MAGIC = b"SSNGRAM"
 POOL_MAGIC = b"SSNGMOD"
 VERSION = 1
 _RECORD_HEAD = NGRAM_MAX + 1  # int32s before the (token, count) pairs
+_NO_VOCAB_LIMIT = 2**31  # n_vocab=None: any int32 token id passes
 
 
 @dataclass(slots=True)
@@ -79,15 +88,21 @@ def encode_llamacpp(cache: NgramCache) -> bytes:
     return np.asarray(flat, dtype=INT32_LE).tobytes()
 
 
-def _check_ngram(path: str, offset: int, ngram: Ngram) -> None:
+def _check_ngram(path: str, offset: int, ngram: Ngram, limit: int = _NO_VOCAB_LIMIT) -> None:
     size = 0
     while size < NGRAM_MAX and ngram[size] >= 0:
         size += 1
     if size == 0 or any(t != TOKEN_NULL for t in ngram[size:]):
         raise CacheFileError(path, offset, f"invalid n-gram {list(ngram)} (not a 1..4-gram padded with -1)")
+    for j in range(size):
+        if ngram[j] >= limit:
+            raise CacheFileError(path, offset + 4 * j, out_of_vocab("n-gram token id", ngram[j], limit))
 
 
-def decode_llamacpp(data: bytes, path: str | os.PathLike = "<bytes>") -> NgramCache:
+def decode_llamacpp(data: bytes, path: str | os.PathLike = "<bytes>", *, n_vocab: int | None = None) -> NgramCache:
+    """The cache in ``data``; ``n_vocab`` (the model's vocabulary size) refuses larger token ids."""
+    check_n_vocab(n_vocab)
+    limit = _NO_VOCAB_LIMIT if n_vocab is None else n_vocab
     path = os.fspath(path)
     if data[: len(POOL_MAGIC)] == POOL_MAGIC:
         raise CacheFileError(path, 0, "this is an ngram-mod pool file, not an n-gram cache")
@@ -100,7 +115,7 @@ def decode_llamacpp(data: bytes, path: str | os.PathLike = "<bytes>") -> NgramCa
         if pos + _RECORD_HEAD > n_ints:
             raise CacheFileError(path, rec, f"truncated record: {len(data) - rec} of at least 24 bytes")
         ngram: Ngram = tuple(a[pos : pos + NGRAM_MAX])  # type: ignore[assignment]
-        _check_ngram(path, rec, ngram)
+        _check_ngram(path, rec, ngram, limit)
         ntokens = a[pos + NGRAM_MAX]
         if ntokens <= 0:
             raise CacheFileError(path, rec + 16, f"ntokens must be > 0, got {ntokens}")
@@ -113,6 +128,8 @@ def decode_llamacpp(data: bytes, path: str | os.PathLike = "<bytes>") -> NgramCa
             token, count = a[k], a[k + 1]
             if token < 0:
                 raise CacheFileError(path, 4 * k, f"invalid token id {token}")
+            if token >= limit:
+                raise CacheFileError(path, 4 * k, out_of_vocab("token id", token, limit))
             if count <= 0:
                 raise CacheFileError(path, 4 * k + 4, f"count must be > 0, got {count}")
             part.setdefault(token, count)
@@ -134,8 +151,13 @@ def encode_msgpack(cache: NgramCache, fingerprint: str) -> bytes:
 
 
 def decode_msgpack(
-    data: bytes, path: str | os.PathLike = "<bytes>", expected_fingerprint: str | None = None
+    data: bytes,
+    path: str | os.PathLike = "<bytes>",
+    expected_fingerprint: str | None = None,
+    *,
+    n_vocab: int | None = None,
 ) -> tuple[NgramCache, str]:
+    check_n_vocab(n_vocab)
     path = os.fspath(path)
     reader = HeadedReader(path, data, MAGIC)
     header, h_off = reader.header({"version": int, "fingerprint": str, "n_ngrams": int, "n_entries": int})
@@ -157,6 +179,8 @@ def decode_msgpack(
     bad = np.flatnonzero(tokens < 0)
     if bad.size:
         raise CacheFileError(path, tk_off + 4 * int(bad[0]), f"invalid token id {int(tokens[bad[0]])}")
+    check_token_ids(path, ng_off, ngrams, n_vocab, "n-gram token id")  # the -1 padding passes
+    check_token_ids(path, tk_off, tokens, n_vocab, "token id")
     return _build(path, ng_off, ngrams.tolist(), ntokens.tolist(), tokens.tolist(), counts.tolist()), header["fingerprint"]
 
 
@@ -194,11 +218,15 @@ def save_cache(
     atomic_write_bytes(path, data)
 
 
-def load_cache(path: str | os.PathLike, expected_fingerprint: str | None = None) -> LoadedCache:
+def load_cache(
+    path: str | os.PathLike, expected_fingerprint: str | None = None, *, n_vocab: int | None = None
+) -> LoadedCache:
     """Load either format (detected by magic). ``expected_fingerprint`` is checked for msgpack
-    files; llama.cpp files carry no fingerprint, so the caller must vouch for them."""
+    files; llama.cpp files carry no fingerprint, so the caller must vouch for them. ``n_vocab``
+    (the model's vocabulary size) refuses token ids outside the vocabulary in both formats;
+    ``None`` leaves them unchecked."""
     data = read_file(path)
     if data[: len(MAGIC)] == MAGIC:
-        cache, fingerprint = decode_msgpack(data, path, expected_fingerprint)
+        cache, fingerprint = decode_msgpack(data, path, expected_fingerprint, n_vocab=n_vocab)
         return LoadedCache(cache, FORMAT_MSGPACK, fingerprint)
-    return LoadedCache(decode_llamacpp(data, path), FORMAT_LLAMACPP, None)
+    return LoadedCache(decode_llamacpp(data, path, n_vocab=n_vocab), FORMAT_LLAMACPP, None)

@@ -3,12 +3,18 @@
 Our own formats are ``MAGIC + msgpack(header map) + msgpack(bin) ...``: the magic identifies the
 file, the header carries a version, the tokenizer fingerprint and counts, and the bins hold raw
 little-endian int32 arrays. Every problem with a file's content is a ``CacheFileError`` naming
-the file and the byte offset where it was found.
+the file and the byte offset where it was found, including a token id outside the vocabulary of
+the model (``check_token_ids``): llama_decode refuses such a token, so one bad draft would fail
+the whole batch.
+
+A save killed half-way (kill -9, power loss) leaves the previous file intact and a temporary file
+``.NAME.XXXXXXXX.tmp`` next to it; ``remove_stale_temps`` deletes those at the next start.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from typing import Any
 
@@ -16,6 +22,9 @@ import msgpack
 import numpy as np
 
 INT32_LE = np.dtype("<i4")
+TEMP_SUFFIX = ".tmp"
+# tempfile.mkstemp names: prefix + 8 characters from this set + suffix.
+_TEMP_RANDOM = r"[a-z0-9_]{8}"
 
 
 class CacheFileError(ValueError):
@@ -32,7 +41,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically: temp file in the same dir, fsync, rename, fsync dir."""
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=TEMP_SUFFIX, dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -48,6 +57,57 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def _temp_prefix(path: str) -> str:
+    return f".{os.path.basename(path)}."
+
+
+def stale_temp_files(path: str | os.PathLike) -> list[str]:
+    """Temporary files an interrupted ``atomic_write_bytes(path, ...)`` left behind, sorted."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    pattern = re.compile(re.escape(_temp_prefix(path)) + _TEMP_RANDOM + re.escape(TEMP_SUFFIX))
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    return sorted(os.path.join(directory, n) for n in names if pattern.fullmatch(n))
+
+
+def remove_stale_temps(path: str | os.PathLike) -> list[str]:
+    """Delete what ``stale_temp_files`` finds (only one process may write ``path``); returns them."""
+    removed = []
+    for tmp in stale_temp_files(path):
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            continue
+        removed.append(tmp)
+    return removed
+
+
+def check_token_ids(path: str | os.PathLike, offset: int, ids: np.ndarray, n_vocab: int | None, what: str) -> None:
+    """Refuse an id ``>= n_vocab`` in the int32 array ``ids`` stored from byte ``offset`` on.
+
+    Negative ids are the callers' business (-1 is a filler in n-grams and pools). ``n_vocab=None``
+    checks nothing (tools that read files without a model).
+    """
+    if n_vocab is None:
+        return
+    bad = np.flatnonzero(ids >= n_vocab)
+    if bad.size:
+        i = int(bad[0])
+        raise CacheFileError(path, offset + 4 * i, out_of_vocab(what, int(ids[i]), n_vocab))
+
+
+def out_of_vocab(what: str, token: int, n_vocab: int) -> str:
+    return f"{what} {token} is out of range for the model's vocabulary of {n_vocab} tokens"
+
+
+def check_n_vocab(n_vocab: int | None) -> None:
+    if n_vocab is not None and (not isinstance(n_vocab, int) or n_vocab < 1):
+        raise ValueError(f"n_vocab must be a positive int or None, got {n_vocab!r}")
 
 
 def read_file(path: str | os.PathLike) -> bytes:

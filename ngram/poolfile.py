@@ -2,17 +2,31 @@
 
 Format: ``b"SSNGMOD"`` + msgpack header ``{version, fingerprint, n_match, size, n_used}`` + one
 bin of ``size`` little-endian int32 entries (-1 = empty). Same error rules as the n-gram cache
-files (``CacheFileError`` with path and byte offset; a fingerprint mismatch is refused).
-llama.cpp has no such file: its ngram-mod pool lives only in memory.
+files (``CacheFileError`` with path and byte offset; a fingerprint mismatch is refused; with
+``n_vocab`` an entry outside the model's vocabulary is refused). llama.cpp has no such file: its
+ngram-mod pool lives only in memory.
+
+``snapshot_pool`` copies a live pool (one memcpy of the entries) so that it can be encoded and
+written on another thread while the original keeps learning.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 
 import numpy as np
 
-from ngram.fileio import CacheFileError, HeadedReader, atomic_write_bytes, check_fingerprint, pack_headed, read_file
+from ngram.fileio import (
+    CacheFileError,
+    HeadedReader,
+    atomic_write_bytes,
+    check_fingerprint,
+    check_n_vocab,
+    check_token_ids,
+    pack_headed,
+    read_file,
+)
 from ngram.pool import EMPTY, HashPool
 
 POOL_MAGIC = b"SSNGMOD"
@@ -31,7 +45,22 @@ def encode_pool(pool: HashPool, fingerprint: str | None = None) -> bytes:
     return pack_headed(POOL_MAGIC, header, [pool.entries])
 
 
-def decode_pool(data: bytes, path: str | os.PathLike = "<bytes>", expected_fingerprint: str | None = None) -> HashPool:
+def snapshot_pool(pool: HashPool) -> HashPool:
+    """An independent copy of ``pool`` for saving: later updates of ``pool`` do not reach it."""
+    snap = copy.copy(pool)  # shares only the read-only hash weights
+    snap.entries = pool.entries.copy()
+    return snap
+
+
+def decode_pool(
+    data: bytes,
+    path: str | os.PathLike = "<bytes>",
+    expected_fingerprint: str | None = None,
+    *,
+    n_vocab: int | None = None,
+) -> HashPool:
+    """The pool in ``data``; ``n_vocab`` (the model's vocabulary size) refuses larger token ids."""
+    check_n_vocab(n_vocab)
     path = os.fspath(path)
     reader = HeadedReader(path, data, POOL_MAGIC)
     header, h_off = reader.header(
@@ -48,6 +77,7 @@ def decode_pool(data: bytes, path: str | os.PathLike = "<bytes>", expected_finge
     bad = np.flatnonzero(entries < EMPTY)
     if bad.size:
         raise CacheFileError(path, e_off + 4 * int(bad[0]), f"invalid entry {int(entries[bad[0]])}")
+    check_token_ids(path, e_off, entries, n_vocab, "entry: token id")
     used = int(np.count_nonzero(entries != EMPTY))
     if used != n_used:
         raise CacheFileError(path, h_off, f"header n_used={n_used} but {used} entries are used")
@@ -61,5 +91,7 @@ def save_pool(pool: HashPool, path: str | os.PathLike, fingerprint: str | None =
     atomic_write_bytes(path, encode_pool(pool, fingerprint))
 
 
-def load_pool(path: str | os.PathLike, expected_fingerprint: str | None = None) -> HashPool:
-    return decode_pool(read_file(path), path, expected_fingerprint)
+def load_pool(
+    path: str | os.PathLike, expected_fingerprint: str | None = None, *, n_vocab: int | None = None
+) -> HashPool:
+    return decode_pool(read_file(path), path, expected_fingerprint, n_vocab=n_vocab)
