@@ -10,6 +10,7 @@ import signal
 from aiohttp import web
 from aiohttp.web_runner import GracefulExit
 
+from ngram.cache import DYNAMIC_MAX_BYTES, NgramCacheConfig
 from ngram.map_state import NgramMapConfig
 from ngram.mod import NgramModConfig
 from slotserver.api.app import create_app
@@ -21,6 +22,9 @@ from slotserver.engine import EngineConfig
 from slotserver.limits import LimitsConfig
 from slotserver.models import default_model_path
 from slotserver.persist import StartupFileError
+
+
+MIB = 1024 * 1024  # --lookup-cache-dynamic-max-mb counts MiB
 
 
 def parse_spec_types(values: list[str] | None) -> tuple[str, ...]:
@@ -70,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ngram-cache: dynamic n-gram cache file, learned from every generation and saved")
     g.add_argument("--lookup-cache-format", default="llamacpp", choices=["llamacpp", "msgpack"],
                    help="format the dynamic cache is saved in")
+    g.add_argument("--lookup-cache-dynamic-max-mb", type=float, default=DYNAMIC_MAX_BYTES / MIB, metavar="MiB",
+                   help="ngram-cache: memory budget of the dynamic cache; over it, the n-grams of least draft "
+                        "value per byte are evicted (docs/drafters.md)")
     g.add_argument("--spec-save-interval", type=float, default=300.0, metavar="SECONDS",
                    help="how often learned pools/caches are saved (also at shutdown)")
     g.add_argument("--spec-ignore-bad-files", action="store_true",
@@ -121,6 +128,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         ngram_simple=map_config("simple"),
         ngram_map_k=map_config("map_k"),
         ngram_map_k4v=map_config("map_k4v"),
+        ngram_cache=NgramCacheConfig(dynamic_max_bytes=int(args.lookup_cache_dynamic_max_mb * MIB)),
         lookup_static=args.lookup_cache_static,
         lookup_dynamic=args.lookup_cache_dynamic,
         lookup_format=args.lookup_cache_format,
