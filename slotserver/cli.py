@@ -16,6 +16,7 @@ from ngram.mod import NgramModConfig
 from slotserver.api.app import create_app
 from slotserver.api.security import API_KEY_ENV, load_api_keys, parse_cors_origins
 from slotserver.api.shutdown import drain
+from slotserver.chains import SCOPES
 from slotserver.config import ServerConfig, SpecConfig
 from slotserver.drafter_types import NAMES, parse_types
 from slotserver.engine import EngineConfig
@@ -81,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how often learned pools/caches are saved (also at shutdown)")
     g.add_argument("--spec-ignore-bad-files", action="store_true",
                    help="start even if a pool/cache file cannot be read (it is then never overwritten)")
+    g.add_argument("--spec-learning", default="shared", choices=SCOPES,
+                   help="who drafters learn from: every request (shared, saved to files), requests of the same "
+                        "API key (per-key), or only the request itself (per-request); see docs/operations.md")
     g = p.add_argument_group("limits")
     g.add_argument("--max-queue", type=int, default=256, metavar="N",
                    help="requests that may wait for a slot; more get 503 with Retry-After")
@@ -141,7 +145,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         shutdown_timeout_s=args.shutdown_timeout, max_body_bytes=args.max_body_bytes,
     )
     return ServerConfig(
-        engine=engine, spec=spec, limits=limits, host=args.host, port=args.port, alias=args.alias,
+        engine=engine, spec=spec, limits=limits, spec_learning=args.spec_learning, host=args.host, port=args.port, alias=args.alias,
         n_predict=args.n_predict, seed=args.seed, cache_prompt=not args.no_cache_prompt,
         slots_endpoint=not args.no_slots,
         metrics=args.metrics or bool(args.metrics_compat), metrics_compat=args.metrics_compat or "",

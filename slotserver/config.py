@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from ngram.cache import NgramCacheConfig
 from ngram.map_state import NgramMapConfig
 from ngram.mod import NgramModConfig
+from slotserver.chains import SCOPES
 from slotserver.drafter_types import BY_NAME
 from slotserver.engine import EngineConfig
 from slotserver.limits import LimitsConfig
@@ -46,6 +47,7 @@ class ServerConfig:
     engine: EngineConfig
     spec: SpecConfig = field(default_factory=SpecConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
+    spec_learning: str = "shared"  # who drafters learn from: shared | per-key | per-request (chains.py)
     host: str = "127.0.0.1"
     port: int = 8080
     alias: str = ""
@@ -62,6 +64,8 @@ class ServerConfig:
     cors_origins: tuple[str, ...] = ()  # browser origins allowed besides the server's own; "*": any
 
     def __post_init__(self) -> None:
+        if self.spec_learning not in SCOPES:
+            raise ValueError(f"unknown learning scope: {self.spec_learning} (known: {', '.join(SCOPES)})")
         if self.metrics_compat not in ("", "llamacpp"):
             raise ValueError(f"unknown metrics compatibility: {self.metrics_compat}")
         if any(not key for key in self.api_keys):

@@ -21,9 +21,10 @@ from slotserver.api.routes import setup_routes
 from slotserver.api.security import Policy, cors_headers, security_middleware
 from slotserver.api.state import STATE, State
 from slotserver.chain import DraftChain
+from slotserver.chains import ChainSet
 from slotserver.config import ServerConfig
 from slotserver.engine import Engine
-from slotserver.fingerprint import vocab_fingerprint
+from slotserver.fingerprint import vocab_info
 from slotserver.persist import Persistence
 from slotserver.runner import Runner
 from slotserver.service import CompletionService
@@ -42,7 +43,7 @@ def _engine_ctx(on_fatal: Callable[[str], None]):
         loop = asyncio.get_running_loop()
         chain = DraftChain.from_spec(config.spec)
         stats = ServerStats()
-        persistence = Persistence(config.spec, chain, stats, lambda: vocab_fingerprint(config.engine.model_path))
+        persistence = Persistence(config.spec, chain, stats, lambda: vocab_info(config.engine.model_path))
         await loop.run_in_executor(None, persistence.load)  # StartupFileError: the server does not start
 
         async def load_and_run() -> None:
@@ -54,8 +55,10 @@ def _engine_ctx(on_fatal: Callable[[str], None]):
                 state.loaded.set()
                 on_fatal(state.load_error)
                 return
+            chains = ChainSet(chain, scope=config.spec_learning, spec=config.spec)
             runner = Runner(engine, chain, n_parallel=config.engine.n_parallel, cache_prompt=config.cache_prompt,
-                            stats=stats, persistence=persistence, on_fatal=on_fatal, limits=config.limits)
+                            stats=stats, persistence=persistence, on_fatal=on_fatal, limits=config.limits,
+                            chains=chains)
             state.runner, state.service = runner, CompletionService(config, runner)
             log.info("model loaded: %s, n_ctx %d, %d slots, speculation: %s",
                      engine.description, engine.n_ctx, config.engine.n_parallel, ",".join(chain.types) or "none")
@@ -68,9 +71,10 @@ def _engine_ctx(on_fatal: Callable[[str], None]):
         with contextlib.suppress(asyncio.CancelledError):
             await task
         if state.runner is not None:
-            await state.runner.on_engine_thread(persistence.save)
+            await state.runner.on_engine_thread(persistence.save)  # waits for a write in flight, then writes
             state.runner.close()
             state.runner.engine.close()
+        persistence.close()  # stops the writer thread
 
     return engine_ctx
 

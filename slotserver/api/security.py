@@ -31,7 +31,6 @@ import hashlib
 import hmac
 import logging
 import os
-import warnings
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 from urllib.parse import urlsplit
@@ -245,15 +244,6 @@ def route_path(request: web.Request) -> str:
     return resource.canonical if resource is not None else request.path
 
 
-def set_tenant(request: web.Request, tenant: str) -> None:
-    # state.TENANT is a plain str key, on which aiohttp warns (NotAppKeyWarning, an error under the
-    # suite's filterwarnings) in favour of web.RequestKey. Only that warning is silenced, only here;
-    # once TENANT is a RequestKey this needs no change.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", web.NotAppKeyWarning)
-        request[TENANT] = tenant
-
-
 def refusal(status: int, message: str, kind: str) -> web.Response:
     response = json_response(error_body(status, message, kind), status)
     if status == 401:
@@ -287,7 +277,7 @@ def security_middleware(policy: Policy):
         if policy.key_digests:
             tenant = authorized(request.headers, policy.key_digests)
             if tenant is not None:
-                set_tenant(request, tenant)  # whose learned drafter state the request uses (chains.py)
+                request[TENANT] = tenant  # whose learned drafter state the request uses (chains.py)
             elif needs_key(route_path(request), metrics_no_auth=policy.metrics_no_auth):
                 return refusal(401, INVALID_KEY, "authentication_error")
         return await handler(request)

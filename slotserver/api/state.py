@@ -51,5 +51,5 @@ class Metrics:
 
 STATE = web.AppKey("state", State)
 # Request key: the id of the API key a request was authorised with (set by the security middleware).
-TENANT = "slotserver.tenant"
+TENANT = web.RequestKey("tenant", str)
 METRICS = web.AppKey("metrics", Metrics)

@@ -175,3 +175,17 @@ async def test_curl_d_form_post_without_origin_still_completes(keyed, open_serve
                                            Content_Type="application/x-www-form-urlencoded", **headers)
     assert status == 200 and out["tokens_predicted"] == 2
     assert "Access-Control-Allow-Origin" not in resp_headers
+
+
+async def test_per_key_learning_gives_each_key_its_own_drafters():
+    """--spec-learning per-key: the key a request shows selects the draft chain it learns into."""
+    srv = await start(["--api-key", "k1,k2", "--spec-type", "ngram-mod", "--spec-learning", "per-key"])
+    try:
+        chains = srv.state.runner.chains
+        for key in ("k1", "k2", "k1"):
+            status, _, _ = await call(srv, "POST", "/completion", TINY, Authorization=f"Bearer {key}")
+            assert status == 200
+        assert chains.n_chains == 2 and chains.for_tenant("key-1") is not chains.for_tenant("key-2")
+        assert chains.for_tenant("key-1") is not srv.state.runner.chain  # the shared, saved one stays apart
+    finally:
+        await srv.stop()
