@@ -179,22 +179,7 @@ class BoundedNgramCache(NgramCache):
         self._enforce()
 
     def merge(self, other: NgramCache) -> None:
-        parts = self.parts
-        n_new = 0
-        for ngram, part_add in other.parts.items():
-            part = parts.get(ngram)
-            if part is None:
-                parts[ngram] = dict(part_add)
-                n_new += len(part_add)
-                continue
-            for token, count in part_add.items():
-                if token in part:
-                    part[token] += count
-                else:
-                    part[token] = count
-                    n_new += 1
-        self._n_entries += n_new
-        self._enforce()
+        self.add_counts(((ngram, token), count) for ngram, part in other.parts.items() for token, count in part.items())
 
     def _enforce(self) -> None:
         if self.size_bytes() > self.max_bytes:

@@ -72,6 +72,7 @@ class Runner:
         self._inbox: queue.SimpleQueue[tuple[str, Job]] = queue.SimpleQueue()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
         self._wake = asyncio.Event()
+        self._step_out: Outbox = []  # the running step's events (engine thread while it runs)
         self.n_in_flight = 0  # event loop only
         self.all_done = asyncio.Event()  # set while no job is in flight (graceful shutdown waits on it)
         self.all_done.set()
@@ -132,6 +133,8 @@ class Runner:
         self.failure = f"engine loop failed: {type(exc).__name__}"
         log.critical("%s; failing every request and stopping", self.failure, exc_info=exc)
         error = EngineStopped(self.failure)
+        produced, self._step_out = self._step_out, []
+        self._deliver([(job, event) for job, event in produced if event.final])  # jobs that ended before it
         jobs = [s.job for s in self.slots if s.job is not None] + list(self.waiting)
         while not self._inbox.empty():
             kind, job = self._inbox.get_nowait()
@@ -151,6 +154,7 @@ class Runner:
     # -- called on the engine thread -----------------------------------------------------------
     def _step(self) -> Outbox:
         out: Outbox = []
+        self._step_out = out  # kept so that, if the step dies, ``_die`` still delivers what it produced
         self._drain_inbox(out)
         self._expire(out)
         self._admit(out)

@@ -89,20 +89,22 @@ SETTINGS = settings(max_examples=120, deadline=None, derandomize=True, database=
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 
-@SETTINGS
-@given(endpoint=st.sampled_from(ENDPOINTS), body=bodies)
-def test_generated_json_gets_2xx_or_4xx(proc, fixed_before, endpoint, body):
+def post_json_and_check(proc, endpoint: str, body: dict) -> None:
     data = json.dumps(bounded(body)).encode()
     status, out = proc.request("POST", endpoint, data, {"Content-Type": "application/json"})
     check(status, out, (endpoint, data[:300]))
+
+
+@SETTINGS
+@given(endpoint=st.sampled_from(ENDPOINTS), body=bodies)
+def test_generated_json_gets_2xx_or_4xx(proc, fixed_before, endpoint, body):
+    post_json_and_check(proc, endpoint, body)
 
 
 @SETTINGS
 @given(endpoint=st.sampled_from(ENDPOINTS), body=mutated)
 def test_valid_requests_with_bad_fields_get_2xx_or_4xx(proc, fixed_before, endpoint, body):
-    data = json.dumps(bounded(body)).encode()
-    status, out = proc.request("POST", endpoint, data, {"Content-Type": "application/json"})
-    check(status, out, (endpoint, data[:300]))
+    post_json_and_check(proc, endpoint, body)
 
 
 @SETTINGS

@@ -88,3 +88,21 @@ def test_limits_are_checked():
         LimitsConfig(timeout_s=0)
     assert LimitsConfig().body_bytes(8192) == 1 << 20 and LimitsConfig().body_bytes(65536) == 64 * 65536
     assert LimitsConfig(max_body_bytes=1000).body_bytes(8192) == 1000
+
+
+async def test_a_dying_step_still_delivers_the_finals_it_produced_and_fails_the_rest():
+    fatal = []
+    runner = Runner(None, DraftChain([]), n_parallel=1, on_fatal=fatal.append)
+    done, waiting, queued = make_job(), make_job(), make_job()
+    for job in (done, waiting, queued):
+        runner.submit(job)
+    runner._drain_inbox([])
+    runner.waiting.remove(done)  # as if it had run and ended in the step that then died
+    runner.submit(queued2 := make_job())
+    runner._step_out = [(done, Event(True, "the whole text")), (waiting, Event(False, "partial"))]
+    runner._die(RuntimeError("boom"))
+    assert done.events.get_nowait().text == "the whole text" and done.events.empty()
+    for job in (waiting, queued, queued2):
+        event = job.events.get_nowait()
+        assert event.final and event.error.status == 503 and job.events.empty()
+    assert runner.n_in_flight == 0 and runner.all_done.is_set() and fatal == ["engine loop failed: RuntimeError"]
