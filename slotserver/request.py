@@ -58,6 +58,7 @@ class CompletionRequest:
     t_max_predict_ms: int = -1
     n_probs: int = 0  # report the top n_probs candidates (pre-sampling log-probabilities) per token
     spec: DraftLimits | None = None  # None: the server's defaults
+    include_usage: bool = False  # OpenAI stream_options.include_usage: a last chunk with the usage
 
 
 def _show(bound: float) -> str:
@@ -126,6 +127,15 @@ def _stop(body: dict) -> list[str]:
     if any(len(s) > MAX_STOP_LEN for s in value):
         raise BadRequest(f"'stop' strings must be at most {MAX_STOP_LEN} characters long")
     return [s for s in value if s]
+
+
+def _include_usage(body: dict) -> bool:
+    options = body.get("stream_options")
+    if options is None:
+        return False
+    if not isinstance(options, dict):
+        raise BadRequest("'stream_options' must be an object")
+    return _bool(options, "include_usage", False)
 
 
 def _response_fields(body: dict) -> list[str]:
@@ -211,6 +221,7 @@ def parse_completion(
         id_slot=_number(body, "id_slot", -1, int, lo=-1),
         response_fields=_response_fields(body),
         return_tokens=_bool(body, "return_tokens", False),
+        include_usage=_include_usage(body),
         n_indent=_number(body, "n_indent", 0, int, lo=0),
         t_max_predict_ms=_number(body, "t_max_predict_ms", -1, int, lo=-1),
         # Clamped, not rejected (see N_PROBS_MAX); below n_vocab since the top-n partitions the logits.

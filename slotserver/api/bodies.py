@@ -150,13 +150,18 @@ def text_body(info: BodyInfo, job: Job) -> dict:
             "timings": job.timings()}
 
 
+def _usage_chunk(head: dict, job: Job) -> list[dict]:
+    """OpenAI's ``stream_options.include_usage``: one last chunk with no choices and the usage."""
+    return [{**head, "choices": [], "usage": usage(job)}] if job.request.include_usage else []
+
+
 def text_events(info: BodyInfo, job: Job, event: Event) -> list[dict]:
+    head = _envelope(info, job, "text_completion")
     choice = {"text": event.text, "index": 0, "logprobs": None,
               "finish_reason": finish_reason(job) if event.final else None}
-    body = {**_envelope(info, job, "text_completion"), "choices": [choice]}
-    if event.final:
-        body.update(usage=usage(job), timings=job.timings())
-    return [body]
+    if not event.final:
+        return [{**head, "choices": [choice]}]
+    return [{**head, "choices": [choice], "timings": job.timings()}, *_usage_chunk(head, job)]
 
 
 def chat_body(info: BodyInfo, job: Job) -> dict:
@@ -176,5 +181,6 @@ def chat_events(info: BodyInfo, job: Job, event: Event) -> list[dict]:
         out.append({**head, "choices": [{"index": 0, "delta": {"content": event.text}, "finish_reason": None}]})
     if event.final:
         out.append({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": finish_reason(job)}],
-                    "usage": usage(job), "timings": job.timings()})
+                    "timings": job.timings()})
+        out += _usage_chunk(head, job)
     return out

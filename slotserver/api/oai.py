@@ -12,18 +12,28 @@ from slotserver.api.bodies import chat_body, chat_events, json_response, text_bo
 from slotserver.api.completion import Formatter, serve_job
 from slotserver.api.json_body import parse_json_body
 from slotserver.api.state import STATE
+from slotserver.errors import BadRequest
 
 TEXT = Formatter(text_body, text_events, done_marker=True)
 CHAT = Formatter(chat_body, chat_events, done_marker=True)
 
 
+def openai_body(raw: bytes) -> dict:
+    """The JSON body, with the OpenAI fields we cannot honour refused rather than ignored."""
+    body = parse_json_body(raw)
+    n = body.get("n", 1)
+    if n != 1 or isinstance(n, bool):
+        raise BadRequest("'n' must be 1: one choice per request is supported (send n requests instead)")
+    return body
+
+
 async def completions(request: web.Request) -> web.StreamResponse:
-    body = parse_json_body(await request.read())
+    body = openai_body(await request.read())
     return await serve_job(request, lambda service, tenant: service.submit(body, tenant=tenant), TEXT)
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
-    body = parse_json_body(await request.read())
+    body = openai_body(await request.read())
     return await serve_job(request, lambda service, tenant: service.submit_chat(body, tenant=tenant), CHAT)
 
 

