@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 
 from aiohttp import web
@@ -108,12 +109,20 @@ def build_parser() -> argparse.ArgumentParser:
                         f"each a comma list; if not given, ${API_KEY_ENV}; no key at all: none needed")
     g.add_argument("--api-key-file", action="append", metavar="FNAME",
                    help="file of API keys, one per line (blank lines and # comments ignored); repeatable")
+    g.add_argument("--slot-save-path", default="", metavar="PATH",
+                   help="directory where POST /slots/{id}?action=save|restore keeps slot files (default: disabled)")
     g.add_argument("--metrics-no-auth", action="store_true", help="GET /metrics answers without an API key")
     g.add_argument("--cors-origin", action="append", metavar="ORIGIN",
                    help="browser origin (scheme://host[:port]) allowed besides the server's own, or '*' for any; "
                         "repeatable; other origins get 403")
     g.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
+
+
+def _existing_dir(path: str) -> str:
+    if path and not os.path.isdir(path):
+        raise ValueError(f"--slot-save-path {path} is not an existing directory")
+    return path
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
@@ -145,7 +154,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         shutdown_timeout_s=args.shutdown_timeout, max_body_bytes=args.max_body_bytes,
     )
     return ServerConfig(
-        engine=engine, spec=spec, limits=limits, spec_learning=args.spec_learning, host=args.host, port=args.port, alias=args.alias,
+        engine=engine, spec=spec, limits=limits, spec_learning=args.spec_learning,
+        slot_save_path=_existing_dir(args.slot_save_path), host=args.host, port=args.port, alias=args.alias,
         n_predict=args.n_predict, seed=args.seed, cache_prompt=not args.no_cache_prompt,
         slots_endpoint=not args.no_slots,
         metrics=args.metrics or bool(args.metrics_compat), metrics_compat=args.metrics_compat or "",

@@ -47,6 +47,7 @@ class ServerConfig:
     engine: EngineConfig
     spec: SpecConfig = field(default_factory=SpecConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
+    slot_save_path: str = ""  # --slot-save-path: directory for slot save/restore ("" = disabled)
     spec_learning: str = "shared"  # who drafters learn from: shared | per-key | per-request (chains.py)
     host: str = "127.0.0.1"
     port: int = 8080

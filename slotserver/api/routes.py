@@ -15,6 +15,7 @@ from slotserver.api.completion import Formatter, serve_job
 from slotserver.api.json_body import parse_json_body
 from slotserver.api.state import STATE
 from slotserver.errors import BadRequest, NotSupported, ServerError
+from slotserver.slot_files import ACTIONS, SlotFiles, check_filename
 
 NATIVE = Formatter(native_body, native_events, done_marker=False)
 
@@ -87,6 +88,24 @@ async def slots(request: web.Request) -> web.Response:
     return json_response(out)
 
 
+async def slot_action(request: web.Request) -> web.Response:
+    """POST /slots/{id}?action=save|restore|erase, as llama-server (needs --slot-save-path)."""
+    state = request.app[STATE]
+    runner = state.ready()
+    if not state.config.slot_save_path:
+        raise NotSupported("This server does not support slot save/restore. Start it with --slot-save-path.")
+    action = request.query.get("action", "")
+    if action not in ACTIONS:
+        raise BadRequest("Invalid action")
+    try:
+        id_slot = int(request.match_info["id_slot"])
+    except ValueError:
+        raise BadRequest("Invalid slot ID") from None
+    filename = None if action == "erase" else check_filename((await read_json(request)).get("filename"))
+    files = SlotFiles(runner, state.config.slot_save_path)
+    return json_response(await runner.on_engine_thread(lambda: files.run(id_slot, action, filename)))
+
+
 async def tokenize(request: web.Request) -> web.Response:
     vocab = request.app[STATE].ready().engine.vocab
     body = await read_json(request)
@@ -139,6 +158,7 @@ def setup_routes(app: web.Application, *, metrics_handler=None) -> None:
     add_get("/v1/health", health)
     add_get("/props", props)
     add_get("/slots", slots)
+    add_post("/slots/{id_slot}", slot_action)
     add_post("/tokenize", tokenize)
     add_post("/detokenize", detokenize)
     add_get("/metrics", metrics_handler or metrics_disabled)
