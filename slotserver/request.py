@@ -13,6 +13,7 @@ from typing import Any
 from slotserver.chain import DraftLimits
 from slotserver.drafter_types import parse_types
 from slotserver.errors import BadRequest
+from slotserver.logit_bias import parse_logit_bias
 from slotserver.sampling import DEFAULT_SEED, SamplingParams
 
 # Prompt pieces: str is tokenized (specials parsed), int is a token id.
@@ -168,6 +169,7 @@ def parse_sampling(
         frequency_penalty=_number(body, "frequency_penalty", 0.0, float),
         seed=seed_default if seed == -1 else seed & 0xFFFFFFFF,
         ignore_eos=_bool(body, "ignore_eos", False),
+        logit_bias=parse_logit_bias(body.get("logit_bias")),
     )
 
 

@@ -15,6 +15,9 @@ from slotserver.sampling import SamplingParams
 
 def make_sampler(params: SamplingParams, n_vocab: int, prompt: Sequence[int]):
     chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
+    if params.logit_bias:  # first, as in llama.cpp's chain
+        biases = (lc.llama_logit_bias * len(params.logit_bias))(*params.logit_bias)
+        lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_logit_bias(n_vocab, len(biases), biases))
     if params.has_penalties:
         lc.llama_sampler_chain_add(
             chain,

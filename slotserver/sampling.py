@@ -19,6 +19,7 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     seed: int = DEFAULT_SEED
     ignore_eos: bool = False
+    logit_bias: tuple = ()  # (token id, bias) pairs once resolved (text entries until then); -inf: never
 
     @property
     def is_greedy(self) -> bool:
@@ -27,7 +28,7 @@ class SamplingParams:
     @property
     def is_plain_greedy(self) -> bool:
         """Greedy with no stateful sampler in the chain: the token is simply the argmax."""
-        return self.is_greedy and not self.has_penalties
+        return self.is_greedy and not self.has_penalties and not self.logit_bias
 
     @property
     def has_penalties(self) -> bool:

@@ -9,12 +9,14 @@ prompt takes a while), then the job is queued on the loop. Raises ``BadRequest``
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 from slotserver.chain import DraftLimits
 from slotserver.config import ServerConfig
 from slotserver.errors import BadRequest, PromptTooLong
 from slotserver.job import Job
 from slotserver.limits import MAX_PROMPT_CHARS_PER_TOKEN
+from slotserver.logit_bias import resolve
 from slotserver.request import PromptPieces, RequestBounds, parse_completion
 from slotserver.runner import Runner
 from slotserver.sampling import DEFAULT_SEED
@@ -70,6 +72,10 @@ class CompletionService:
             raise BadRequest(f"the prompt has {n_chars} characters, more than a context of {self.n_ctx} "
                              "tokens can hold; it was not tokenized")
         prompt = self.tokenize_prompt(req.prompt)
+        if req.sampling.logit_bias:
+            biases = resolve(req.sampling.logit_bias, lambda text: self.vocab.tokenize(text, False, False),
+                             self.vocab.n_tokens)
+            req.sampling = replace(req.sampling, logit_bias=biases)
         if len(prompt) >= self.n_ctx:
             raise PromptTooLong(len(prompt), self.n_ctx)
         limits = req.spec if req.spec is not None else DraftLimits(n_max=self.config.spec.n_max)

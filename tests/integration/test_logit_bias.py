@@ -1,0 +1,27 @@
+"""logit_bias on the real model: a forbidden greedy token changes the output, the same way with and
+without speculation (verification samples through the bias too)."""
+
+from __future__ import annotations
+
+from tests.integration.ties import check_same_or_tie
+
+REPEAT = {"prompt": "Repeat this sentence 10 times: This is a test prompt.\n", "n_predict": 64,
+          "temperature": 0.0, "cache_prompt": False, "return_tokens": True}
+
+
+async def test_forbidding_a_token_changes_output_the_same_way_with_and_without_speculation(server):
+    plain = await server.complete(**REPEAT, **{"speculative.type": "none"})
+    banned = plain["tokens"][3]  # a token the repetition keeps producing, so drafts propose it
+    bias = {"logit_bias": [[banned, False]]}
+    without = await server.complete(**REPEAT, **bias, n_probs=5, **{"speculative.type": "none"})
+    with_spec = await server.complete(**REPEAT, **bias, **{"speculative.type": "ngram-mod"})
+    assert banned not in without["tokens"] and banned not in with_spec["tokens"]
+    assert without["tokens"] != plain["tokens"]
+    check_same_or_tie(without, with_spec["tokens"], "logit_bias")
+    assert with_spec["timings"].get("draft_n_accepted", 0) > 0  # drafting ran, and never slipped the ban past
+
+
+async def test_a_positive_bias_by_text_is_applied(server):
+    out = await server.complete(prompt="My favourite word is", n_predict=4, temperature=0.0,
+                                logit_bias={" banana": 100})
+    assert " banana" in out["content"]
