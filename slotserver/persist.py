@@ -54,11 +54,10 @@ def _find(chain: DraftChain, kind: type):
 
 
 class Persistence:
-    """``vocab()`` gives the model's ``VocabInfo`` (a bare fingerprint string is still accepted,
-    but then token ids in the files cannot be checked: a warning says so)."""
+    """``vocab()`` gives the model's ``VocabInfo``: the fingerprint files must carry and the
+    vocabulary size their token ids must stay below."""
 
-    def __init__(self, spec: SpecConfig, chain: DraftChain, stats: ServerStats,
-                 vocab: Callable[[], VocabInfo | str]):
+    def __init__(self, spec: SpecConfig, chain: DraftChain, stats: ServerStats, vocab: Callable[[], VocabInfo]):
         self.spec = spec
         self.stats = stats
         self.mod: NgramMod | None = _find(chain, NgramMod)
@@ -76,11 +75,7 @@ class Persistence:
         if self._fingerprint is not None:
             return
         info = self._vocab_fn()
-        if isinstance(info, str):
-            log.warning("the model's vocabulary size is unknown: token ids in cache files are not checked")
-            self._fingerprint = info
-        else:
-            self._fingerprint, self._n_vocab = info.fingerprint, info.n_vocab
+        self._fingerprint, self._n_vocab = info.fingerprint, info.n_vocab
 
     @property
     def fingerprint(self) -> str:

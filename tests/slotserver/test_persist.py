@@ -137,15 +137,6 @@ def test_ignored_out_of_vocabulary_file_is_logged_and_never_overwritten(tmp_path
     assert s.stats.file(KIND_DYNAMIC).n_saves == 2  # the other file is saved as usual
 
 
-def test_bare_fingerprint_still_works_unchecked(tmp_path, made, caplog):
-    pool_file(tmp_path / "mod.pool", N_VOCAB + 7)
-    s = made(vocab=lambda: FP)
-    with caplog.at_level(logging.WARNING):
-        s.p.load()
-    assert "not checked" in caplog.text
-    assert s.mod.pool.entries[17] == N_VOCAB + 7
-
-
 def test_dynamic_cache_file_over_the_budget_is_trimmed_at_load(tmp_path, made):
     big = NgramCache()
     big.update(list(np.random.default_rng(0).integers(0, N_VOCAB, 20_000)), 1, 4)
