@@ -44,6 +44,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Multi-slot LLM server over llama.cpp with draftless speculative decoding.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
+    for add_group in (_model_args, _request_args, _spec_args, _limit_args, _server_args):
+        add_group(p)
+    return p
+
+
+def _model_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model and context")
     g.add_argument("-m", "--model", default=None, help="GGUF model file (default: the embedded Gemma 3 270M)")
     g.add_argument("-c", "--ctx-size", type=int, default=8192, help="context size shared by all slots (0 = model's)")
@@ -51,11 +57,17 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("-t", "--threads", type=int, default=0, help="CPU threads (0 = all cores)")
     g.add_argument("-b", "--batch-size", type=int, default=2048, help="logical batch: tokens per decode step")
     g.add_argument("-ub", "--ubatch-size", type=int, default=512, help="physical batch size")
+
+
+def _request_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("requests")
     g.add_argument("-n", "--n-predict", type=int, default=-1, help="default tokens to predict (-1 = until stop)")
     g.add_argument("--seed", type=int, default=-1, help="default sampling seed (-1 = random)")
     g.add_argument("--no-cache-prompt", action="store_true", help="never reuse a slot's cached prompt prefix")
     g.add_argument("--no-slots", action="store_true", help="disable GET /slots")
+
+
+def _spec_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("speculative decoding")
     g.add_argument("--spec-type", action="append", metavar="LIST",
                    help=f"comma list of drafters ({', '.join(NAMES)}), or 'none' to switch speculation off "
@@ -86,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--spec-learning", default="shared", choices=SCOPES,
                    help="who drafters learn from: every request (shared, saved to files), requests of the same "
                         "API key (per-key), or only the request itself (per-request); see docs/operations.md")
+
+
+def _limit_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("limits")
     g.add_argument("--max-queue", type=int, default=256, metavar="N",
                    help="requests that may wait for a slot; more get 503 with Retry-After")
@@ -97,6 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="on SIGTERM/SIGINT: time in-flight requests get to finish (learned state is saved before and after)")
     g.add_argument("--max-body-bytes", type=int, default=0, metavar="N",
                    help="largest request body (0: sized to the context, 64 bytes per token, at least 1 MiB)")
+
+
+def _server_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("server")
     g.add_argument("--host", default="127.0.0.1", help="address to listen on")
     g.add_argument("--port", type=int, default=8080, help="port to listen on")
@@ -116,8 +134,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="browser origin (scheme://host[:port]) allowed besides the server's own, or '*' for any; "
                         "repeatable; other origins get 403")
     g.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-    return p
-
 
 def _existing_dir(path: str) -> str:
     if path and not os.path.isdir(path):
