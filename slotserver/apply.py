@@ -21,8 +21,10 @@ from slotserver.stats import ServerStats
 
 
 class Applier:
-    def __init__(self, engine: Engine, stats: ServerStats, lifecycle: SlotLifecycle) -> None:
+    def __init__(self, engine: Engine, stats: ServerStats, lifecycle: SlotLifecycle, *,
+                 context_shift: bool = False) -> None:
         self.engine = engine
+        self.context_shift = context_shift  # a full slot is shifted by the runner instead of stopping
         self.stats = stats
         self.lifecycle = lifecycle
 
@@ -36,12 +38,12 @@ class Applier:
         slot.cache.extend(entry.tokens)
         del slot.pending[: len(entry.tokens)]
         job.n_prompt_decoded += len(entry.tokens)
-        if not entry.ends_prompt:
+        if not entry.ends_prompt and not self._past_prompt_time(job):
             return []
         job.t_prompt_end = time.perf_counter()
         self.stats.n_prompt_tokens += job.n_prompt_decoded
         self.stats.t_prompt_s += job.t_prompt_end - job.t_prompt_start
-        if job.request.n_predict == 0:
+        if not entry.ends_prompt or job.request.n_predict == 0:
             return [self.lifecycle.release(slot, "limit")]
         slot.state = SlotState.GENERATING
         slot.chain.begin(slot.id, slot.cache)
@@ -86,7 +88,7 @@ class Applier:
         job = slot.job
         now = time.perf_counter()
         vocab = self.engine.vocab
-        n_ctx = self.engine.n_ctx
+        n_ctx = self.engine.n_ctx_slot
         for token in tokens:
             if job.t_last_token and job.n_gen:
                 self.stats.inter_token_s.observe(now - job.t_last_token)
@@ -100,12 +102,19 @@ class Applier:
                 stop = "word"
             elif job.n_remaining == 0 or self._past_predict_time(job, now):
                 stop = "limit"
-            elif len(slot.cache) + 1 >= n_ctx:
+            elif len(slot.cache) + 1 >= n_ctx and not self.context_shift:
                 stop, job.is_truncated = "limit", True
             if stop is not None:
                 return [self.lifecycle.release(slot, stop)]
         slot.sampled = tokens[-1]
         return []
+
+    @staticmethod
+    def _past_prompt_time(job: Job) -> bool:
+        """``t_max_prompt_ms`` (llama.vim sends it; llama-server ignores it): a prompt that takes longer
+        ends the request after the chunk in flight. What was decoded stays cached for the next request."""
+        t_max_ms = job.request.t_max_prompt_ms
+        return t_max_ms > 0 and (time.perf_counter() - job.t_prompt_start) * 1e3 > t_max_ms
 
     @staticmethod
     def _past_predict_time(job: Job, now: float) -> bool:

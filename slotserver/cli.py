@@ -53,7 +53,20 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model and context")
     g.add_argument("-m", "--model", default=None, help="GGUF model file (default: the embedded Gemma 3 270M)")
     g.add_argument("-c", "--ctx-size", type=int, default=8192, help="context size shared by all slots (0 = model's)")
-    g.add_argument("-np", "--parallel", type=int, default=4, help="number of slots (concurrent requests)")
+    g.add_argument("-np", "--parallel", type=int, default=-1,
+                   help="number of slots (concurrent requests); -1: 4 slots sharing the whole context (-kvu)")
+    g.add_argument("-kvu", "--kv-unified", action="store_true",
+                   help="every slot may use the whole context (default: each gets -c / -np, as llama-server)")
+    g.add_argument("--context-shift", action=argparse.BooleanOptionalAction, default=False,
+                   help="when a generation fills its slot's context, drop the oldest tokens after --keep and go on "
+                        "(off: it stops, truncated)")
+    g.add_argument("--keep", type=int, default=0, metavar="N",
+                   help="default n_keep: prompt tokens a context shift keeps (-1: the whole prompt)")
+    g.add_argument("--cache-reuse", type=int, default=0, metavar="N",
+                   help="default n_cache_reuse: reuse cached chunks of at least N tokens after the common prefix "
+                        "by shifting their KV (0: off; llama.vim recommends 256)")
+    g.add_argument("--spm-infill", action="store_true",
+                   help="/infill prompt in suffix-prefix-middle order instead of prefix-suffix-middle")
     g.add_argument("-t", "--threads", type=int, default=0, help="CPU threads (0 = all cores)")
     g.add_argument("-b", "--batch-size", type=int, default=2048, help="logical batch: tokens per decode step")
     g.add_argument("-ub", "--ubatch-size", type=int, default=512, help="physical batch size")
@@ -144,8 +157,8 @@ def _existing_dir(path: str) -> str:
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
     engine = EngineConfig(
         model_path=args.model or default_model_path(),
-        n_ctx=args.ctx_size, n_parallel=args.parallel, n_batch=args.batch_size,
-        n_ubatch=args.ubatch_size, n_threads=args.threads,
+        n_ctx=args.ctx_size, n_parallel=4 if args.parallel == -1 else args.parallel, n_batch=args.batch_size,
+        n_ubatch=args.ubatch_size, n_threads=args.threads, kv_unified=args.kv_unified or args.parallel == -1,
     )
     def map_config(kind: str) -> NgramMapConfig:
         get = lambda name: getattr(args, f"spec_ngram_{kind}_{name}")  # noqa: E731
@@ -173,7 +186,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         engine=engine, spec=spec, limits=limits, spec_learning=args.spec_learning,
         slot_save_path=_existing_dir(args.slot_save_path), host=args.host, port=args.port, alias=args.alias,
         n_predict=args.n_predict, seed=args.seed, cache_prompt=not args.no_cache_prompt,
-        slots_endpoint=not args.no_slots,
+        slots_endpoint=not args.no_slots, context_shift=args.context_shift, n_keep=args.keep,
+        cache_reuse=args.cache_reuse, spm_infill=args.spm_infill,
         metrics=args.metrics or bool(args.metrics_compat), metrics_compat=args.metrics_compat or "",
         api_keys=load_api_keys(flags=args.api_key, files=args.api_key_file), metrics_no_auth=args.metrics_no_auth,
         cors_origins=parse_cors_origins(args.cors_origin),

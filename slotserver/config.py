@@ -55,6 +55,10 @@ class ServerConfig:
     n_predict: int = -1  # default n_predict of requests
     seed: int = -1  # default seed of requests (-1: random)
     cache_prompt: bool = True
+    context_shift: bool = False  # --context-shift: a full slot drops old tokens instead of stopping
+    n_keep: int = 0  # --keep: default n_keep of requests
+    cache_reuse: int = 0  # --cache-reuse: default n_cache_reuse of requests (0: off)
+    spm_infill: bool = False  # --spm-infill: /infill prompts in suffix-prefix-middle order
     slots_endpoint: bool = True
     metrics: bool = False  # serve GET /metrics
     metrics_compat: str = ""  # "llamacpp": also export llama-server's llamacpp:* series
@@ -69,6 +73,8 @@ class ServerConfig:
             raise ValueError(f"unknown learning scope: {self.spec_learning} (known: {', '.join(SCOPES)})")
         if self.metrics_compat not in ("", "llamacpp"):
             raise ValueError(f"unknown metrics compatibility: {self.metrics_compat}")
+        if self.n_keep < -1 or self.cache_reuse < 0:
+            raise ValueError("--keep must be >= -1 and --cache-reuse >= 0")
         if any(not key for key in self.api_keys):
             raise ValueError("an API key must not be empty")  # a blank key protects nothing
 

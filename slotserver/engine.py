@@ -29,6 +29,9 @@ class EngineConfig:
     n_batch: int = 2048
     n_ubatch: int = 512
     n_threads: int = 0  # 0: all cores
+    # llama-server's context model: each slot may use n_ctx / n_parallel tokens, unless the slots
+    # share the whole cache (--kv-unified; also llama-server's default when -np is not given).
+    kv_unified: bool = False
 
     def __post_init__(self) -> None:
         if self.n_parallel < 1:
@@ -69,7 +72,10 @@ class Engine:
         if not self.ctx:
             raise RuntimeError("could not create the llama context")
         self.n_ctx = lc.llama_n_ctx(self.ctx)
+        self.n_ctx_slot = self.n_ctx if config.kv_unified else self.n_ctx // config.n_parallel
         self.memory = lc.llama_get_memory(self.ctx)
+        # Whether KV entries can be moved to other positions (context shift, --cache-reuse).
+        self.can_shift = bool(lc.llama_memory_can_shift(self.memory))
         self.n_threads = n_threads
         self._batch = lc.llama_batch_init(config.n_batch, 0, 1)
         self._tokens = np.ctypeslib.as_array(self._batch.token, shape=(config.n_batch,))
@@ -178,6 +184,11 @@ class Engine:
         if n_keep <= 0 or self.n_swa <= 0:
             return n_keep
         return reusable_prefix(n_keep, lc.llama_memory_seq_pos_min(self.memory, slot_id), self.n_swa)
+
+    def shift(self, slot_id: int, p0: int, p1: int, delta: int) -> None:
+        """Move the KV entries of ``slot_id`` at positions [p0, p1) by ``delta`` (needs ``can_shift``)."""
+        assert self.can_shift, "this model's KV cache cannot be shifted"
+        lc.llama_memory_seq_add(self.memory, slot_id, p0, p1, delta)
 
     def remove(self, slot_id: int, p0: int, p1: int = -1) -> None:
         """Drop KV entries of ``slot_id`` at positions [p0, p1) (p1 = -1: to the end)."""

@@ -14,6 +14,7 @@ from slotserver.chains import ChainSet
 from slotserver.engine import Engine
 from slotserver.errors import ServerError
 from slotserver.job import Event, Job
+from slotserver.kv_moves import plan_chunk_reuse, plan_context_shift
 from slotserver.sampler_chain import free_sampler, make_sampler
 from slotserver.scheduler import common_prefix
 from slotserver.slots import Slot, SlotState
@@ -38,16 +39,51 @@ class SlotLifecycle:
         n_keep = common_prefix(slot.cache, job.prompt) if use_cache else 0
         n_keep = min(n_keep, len(job.prompt) - 1)  # at least one token is evaluated
         n_keep = self.engine.reusable_prefix(slot.id, n_keep)
+        if use_cache and job.request.n_cache_reuse > 0 and self.engine.can_shift:
+            n_keep = self._reuse_chunks(slot, job, n_keep)
         self.engine.remove(slot.id, n_keep)
         del slot.cache[n_keep:]
         slot.pending = job.prompt[n_keep:]
-        slot.sampler = make_sampler(job.request.sampling, self.engine.vocab.n_tokens, job.prompt)
+        slot.sampler = make_sampler(job.request.sampling, self.engine.vocab.ptr, self.engine.vocab.n_tokens, job.prompt)
         slot.chain = self.chains.for_tenant(job.tenant)
         job.id_slot = slot.id
         job.n_cached = n_keep
         job.t_prompt_start = time.perf_counter()
         self.stats.n_prompt_tokens_cached += n_keep
         self.stats.n_prompt_cache_hits += n_keep > 0
+
+    def _reuse_chunks(self, slot: Slot, job: Job, n_keep: int) -> int:
+        """``n_cache_reuse``: move cached runs found after the common prefix to where the new prompt
+        needs them (llama-server's KV shifting); returns how much of the prompt is now cached."""
+        if self.engine.reusable_prefix(slot.id, len(slot.cache)) < len(slot.cache):
+            return n_keep  # sliding-window cells are missing: moved runs could not be attended to correctly
+        moves = plan_chunk_reuse(slot.cache, job.prompt[:-1], n_keep, job.request.n_cache_reuse)
+        for m in moves:
+            self.engine.remove(slot.id, m.dst, m.src)
+            self.engine.shift(slot.id, m.src, m.src + m.n, m.dst - m.src)
+            slot.cache[m.dst : m.dst + m.n] = job.prompt[m.dst : m.dst + m.n]
+        if moves:
+            n_keep = moves[-1].dst + moves[-1].n
+            log.debug("slot %d: reused %d cached tokens by shifting", slot.id, sum(m.n for m in moves))
+        return n_keep
+
+    def shift_context(self, slot: Slot, n_ctx: int) -> bool:
+        """``--context-shift``: the slot's cache is full; drop old tokens after n_keep and go on.
+        False when nothing can be dropped (the caller then ends the request, truncated)."""
+        job = slot.job
+        req = job.request
+        plan = plan_context_shift(len(slot.cache), len(job.prompt), req.n_keep, req.n_discard, n_ctx,
+                                  self.engine.vocab.add_bos)
+        if plan is None:
+            return False
+        end = len(slot.cache)
+        self.engine.remove(slot.id, plan.keep, plan.keep + plan.discard)
+        self.engine.shift(slot.id, plan.keep + plan.discard, end, -plan.discard)
+        del slot.cache[plan.keep : plan.keep + plan.discard]
+        job.is_truncated = True
+        slot.chain.begin(slot.id, slot.cache)  # the drafters' per-slot views of the history start over
+        log.debug("slot %d: context shift dropped %d tokens after the first %d", slot.id, plan.discard, plan.keep)
+        return True
 
     def release(self, slot: Slot, stop_type: str, error: ServerError | None = None) -> tuple[Job, Event]:
         """End the slot's job with ``stop_type`` (or ``error``) and make the slot idle.

@@ -55,7 +55,7 @@ class Runner:
         self, engine: Engine, chain: DraftChain, *, n_parallel: int, cache_prompt: bool = True,
         stats: ServerStats | None = None, persistence: Persistence | None = None,
         on_fatal: Callable[[str], None] | None = None, limits: LimitsConfig = LimitsConfig(),
-        chains: ChainSet | None = None,
+        chains: ChainSet | None = None, context_shift: bool = False,
     ) -> None:
         self.engine = engine
         self.limits = limits
@@ -68,7 +68,10 @@ class Runner:
         self.failure = ""  # why the engine loop stopped; empty while it runs
         self.waiting: collections.deque[Job] = collections.deque()  # engine thread only
         self.lifecycle = SlotLifecycle(engine, self.chains, self.stats, cache_prompt=cache_prompt)
-        self.apply = Applier(engine, self.stats, self.lifecycle)
+        if context_shift and not engine.can_shift:
+            log.warning("--context-shift is off: this model's KV cache cannot be shifted")
+        self.context_shift = context_shift and engine.can_shift
+        self.apply = Applier(engine, self.stats, self.lifecycle, context_shift=self.context_shift)
         self._inbox: queue.SimpleQueue[tuple[str, Job]] = queue.SimpleQueue()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
         self._wake = asyncio.Event()
@@ -247,6 +250,8 @@ class Runner:
     def _collect_work(self, out: Outbox) -> tuple[list[DecodeWork], list[PrefillWork]]:
         decodes, prefills = [], []
         for slot in self.slots:
+            if slot.state is SlotState.GENERATING and len(slot.cache) + 1 >= self.engine.n_ctx_slot:
+                out += self._full(slot)
             if slot.state is SlotState.GENERATING:
                 try:
                     draft = self._draft(slot)
@@ -259,9 +264,19 @@ class Runner:
                 prefills.append(PrefillWork(slot.id, len(slot.cache), slot.pending))
         return decodes, prefills
 
+    def _full(self, slot: Slot) -> Outbox:
+        """The slot's context is full (only reached with --context-shift): shift it, or end the request."""
+        try:
+            if self.lifecycle.shift_context(slot, self.engine.n_ctx_slot):
+                return []
+        except Exception:
+            return self._failed(slot, "shifting the context")
+        slot.job.is_truncated = True
+        return [self.lifecycle.release(slot, "limit")]
+
     def _draft(self, slot: Slot) -> list[int]:
         job = slot.job
-        n_max = draft_budget(self.engine.n_ctx, len(slot.cache), job.n_remaining, job.limits.n_max)
+        n_max = draft_budget(self.engine.n_ctx_slot, len(slot.cache), job.n_remaining, job.limits.n_max)
         if n_max <= 0 or not slot.chain.drafters:
             return []
         return slot.chain.draft(slot.id, slot.cache, slot.sampled, replace(job.limits, n_max=n_max))

@@ -74,7 +74,7 @@ class SlotFiles:
         runner = self.runner
         slot = runner.slots[id_slot]
         runner.lifecycle.forget(slot)
-        capacity = runner.engine.n_ctx
+        capacity = runner.engine.n_ctx_slot
         tokens = (lc.llama_token * capacity)()
         n_tokens = ctypes.c_size_t(0)
         n_read = lc.llama_state_seq_load_file(runner.engine.ctx, path.encode(), id_slot, tokens, capacity,

@@ -63,8 +63,8 @@ ALL_TYPES = "ngram-simple,ngram-map-k,ngram-map-k4v,ngram-mod,ngram-cache"
 
 @pytest.fixture(scope="session")
 async def server():
-    """4 slots over an 8k context with every drafter configured (requests pick with speculative.type)."""
-    srv = await LiveServer(["-c", "8192", "-np", "4", "--spec-type", ALL_TYPES]).start()
+    """4 slots sharing an 8k context (-kvu) with every drafter configured (requests pick with speculative.type)."""
+    srv = await LiveServer(["-c", "8192", "-np", "4", "-kvu", "--spec-type", ALL_TYPES]).start()
     yield srv
     await srv.stop()
 

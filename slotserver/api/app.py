@@ -58,10 +58,12 @@ def _engine_ctx(on_fatal: Callable[[str], None]):
             chains = ChainSet(chain, scope=config.spec_learning, spec=config.spec)
             runner = Runner(engine, chain, n_parallel=config.engine.n_parallel, cache_prompt=config.cache_prompt,
                             stats=stats, persistence=persistence, on_fatal=on_fatal, limits=config.limits,
-                            chains=chains)
+                            chains=chains, context_shift=config.context_shift)
             state.runner, state.service = runner, CompletionService(config, runner)
-            log.info("model loaded: %s, n_ctx %d, %d slots, speculation: %s",
-                     engine.description, engine.n_ctx, config.engine.n_parallel, ",".join(chain.types) or "none")
+            log.info("model loaded: %s, n_ctx %d (%d per slot%s), %d slots, speculation: %s",
+                     engine.description, engine.n_ctx, engine.n_ctx_slot,
+                     ", shared" if config.engine.kv_unified else "", config.engine.n_parallel,
+                     ",".join(chain.types) or "none")
             state.loaded.set()
             await runner.run()
 

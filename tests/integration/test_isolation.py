@@ -22,7 +22,7 @@ FAULT_AT = 5  # the faulty request breaks while it holds this many generated tok
 
 @pytest.fixture(scope="module")
 async def iso():
-    srv = await LiveServer(["-c", "2048", "-np", "4", "--spec-type", "ngram-mod", "--max-queue", "4096"]).start()
+    srv = await LiveServer(["-c", "2048", "-np", "4", "-kvu", "--spec-type", "ngram-mod", "--max-queue", "4096"]).start()
     yield srv
     await srv.stop()
 

@@ -17,7 +17,7 @@ LONG_PROMPT = "The history of the bicycle began in the early nineteenth century.
 @pytest.fixture(scope="module")
 async def small():
     """Two slots over a 1024-token context: two long prompts cannot both fit."""
-    srv = await LiveServer(["-c", "1024", "-np", "2", "--spec-type", "none", "--max-queue", "1"]).start()
+    srv = await LiveServer(["-c", "1024", "-np", "2", "-kvu", "--spec-type", "none", "--max-queue", "1"]).start()
     yield srv
     await srv.stop()
 
@@ -40,7 +40,7 @@ async def test_two_prompts_that_cannot_share_the_cache_run_one_after_the_other(s
 async def test_when_generation_fills_the_cache_only_the_newest_request_ends():
     """Both admitted (short prompts), both generate without end: the cache fills, the newer one gets
     a clear 503 and the older one completes, using the cells the newer one freed."""
-    srv = await LiveServer(["-c", "512", "-np", "2", "--spec-type", "none"]).start()
+    srv = await LiveServer(["-c", "512", "-np", "2", "-kvu", "--spec-type", "none"]).start()
     try:
         first = asyncio.create_task(srv.post("/completion", greedy("Count: 1, 2, 3,", 450, ignore_eos=True)))
         await wait_until(lambda: srv.state.runner.n_busy == 1)

@@ -20,7 +20,7 @@ N_CTX = 4096
 
 @pytest.fixture(scope="module")
 async def loaded():
-    srv = await LiveServer(["-c", str(N_CTX), "-np", "4"]).start()
+    srv = await LiveServer(["-c", str(N_CTX), "-np", "4", "-kvu"]).start()
     yield srv
     await srv.stop()
 

@@ -28,7 +28,7 @@ async def fresh():
     On the session server earlier tests have taught the pool these very texts, so it drafts them
     from the first token and verifies far more batches, each a chance for rounding to flip a tie.
     """
-    srv = await LiveServer(["-c", "8192", "-np", "4"]).start()
+    srv = await LiveServer(["-c", "8192", "-np", "4", "-kvu"]).start()
     yield srv
     await srv.stop()
 
