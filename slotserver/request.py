@@ -14,7 +14,7 @@ from slotserver.chain import DraftLimits
 from slotserver.drafter_types import parse_types
 from slotserver.errors import BadRequest
 from slotserver.logit_bias import parse_logit_bias
-from slotserver.sampling import DEFAULT_SEED, SamplingParams
+from slotserver.sampling import DEFAULT_SEED, SamplingParams, parse_samplers
 
 # Prompt pieces: str is tokenized (specials parsed), int is a token id.
 PromptPieces = list["str | int"]
@@ -57,9 +57,13 @@ class CompletionRequest:
     return_tokens: bool = False
     n_indent: int = 0
     t_max_predict_ms: int = -1
+    t_max_prompt_ms: int = -1  # prompt processing past this ends the request at the next chunk (its KV stays cached)
     n_probs: int = 0  # report the top n_probs candidates (pre-sampling log-probabilities) per token
     spec: DraftLimits | None = None  # None: the server's defaults
     include_usage: bool = False  # OpenAI stream_options.include_usage: a last chunk with the usage
+    n_keep: int = 0  # context shift keeps this many prompt tokens (-1: the whole prompt)
+    n_discard: int = 0  # tokens a context shift drops (0: half of those after n_keep)
+    n_cache_reuse: int = 0  # reuse cached chunks of at least this many tokens by shifting their KV (0: off)
 
 
 def _show(bound: float) -> str:
@@ -148,6 +152,16 @@ def _response_fields(body: dict) -> list[str]:
     return value
 
 
+def _samplers(body: dict) -> tuple[str, ...] | None:
+    value = body.get("samplers")
+    if value is None:
+        return None
+    try:
+        return parse_samplers(value)
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+
+
 def parse_sampling(
     body: dict, seed_default: int = DEFAULT_SEED, *, bounds: RequestBounds = RequestBounds()
 ) -> SamplingParams:
@@ -161,6 +175,10 @@ def parse_sampling(
         top_k=_number(body, "top_k", 40, int, lo=-1),  # <= 0: off (llama.cpp; vLLM-style clients send -1)
         top_p=_number(body, "top_p", 0.95, float, lo=0.0, hi=1.0),
         min_p=_number(body, "min_p", 0.05, float, lo=0.0, hi=1.0),
+        typical_p=_number(body, "typical_p", 1.0, float, lo=0.0, hi=1.0),
+        top_n_sigma=_number(body, "top_n_sigma", -1.0, float),
+        xtc_probability=_number(body, "xtc_probability", 0.0, float, lo=0.0, hi=1.0),
+        xtc_threshold=_number(body, "xtc_threshold", 0.1, float, lo=0.0, hi=1.0),
         # -1 means the whole context, as llama.cpp; resolved here so the sampler gets a concrete window
         # (passed as -1, llama.cpp's penalties sampler clamps it to 0 and silently drops the penalties).
         repeat_last_n=bounds.n_ctx if repeat_last_n == -1 else repeat_last_n,
@@ -170,6 +188,7 @@ def parse_sampling(
         seed=seed_default if seed == -1 else seed & 0xFFFFFFFF,
         ignore_eos=_bool(body, "ignore_eos", False),
         logit_bias=parse_logit_bias(body.get("logit_bias")),
+        samplers=_samplers(body),
     )
 
 
@@ -205,6 +224,8 @@ def parse_completion(
     seed_default: int = DEFAULT_SEED,
     *,
     bounds: RequestBounds = RequestBounds(),
+    n_keep_default: int = 0,
+    n_cache_reuse_default: int = 0,
 ) -> CompletionRequest:
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
@@ -226,7 +247,11 @@ def parse_completion(
         include_usage=_include_usage(body),
         n_indent=_number(body, "n_indent", 0, int, lo=0),
         t_max_predict_ms=_number(body, "t_max_predict_ms", -1, int, lo=-1),
+        t_max_prompt_ms=_number(body, "t_max_prompt_ms", -1, int, lo=-1),
         # Clamped, not rejected (see N_PROBS_MAX); below n_vocab since the top-n partitions the logits.
         n_probs=min(n_probs, N_PROBS_MAX, max(bounds.n_vocab - 1, 0)),
         spec=parse_spec(body),
+        n_keep=_number(body, "n_keep", n_keep_default, int, lo=-1),
+        n_discard=_number(body, "n_discard", 0, int, lo=0),
+        n_cache_reuse=_number(body, "n_cache_reuse", n_cache_reuse_default, int, lo=0),
     )

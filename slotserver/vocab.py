@@ -3,8 +3,26 @@
 from __future__ import annotations
 
 import ctypes
+from dataclasses import dataclass
 
 import llama_cpp as lc
+
+NO_TOKEN = -1  # LLAMA_TOKEN_NULL
+
+
+@dataclass(frozen=True, slots=True)
+class FimTokens:
+    """The vocabulary's fill-in-the-middle tokens (``NO_TOKEN`` when absent), for /infill."""
+
+    pre: int = NO_TOKEN
+    suf: int = NO_TOKEN
+    mid: int = NO_TOKEN
+    rep: int = NO_TOKEN  # starts the repository name in the repo-level layout
+    sep: int = NO_TOKEN  # starts each file in the repo-level layout
+
+    @property
+    def can_infill(self) -> bool:
+        return NO_TOKEN not in (self.pre, self.suf, self.mid)
 
 
 class Vocab:
@@ -14,6 +32,10 @@ class Vocab:
         self.bos = lc.llama_vocab_bos(self.ptr)
         self.eos = lc.llama_vocab_eos(self.ptr)
         self.add_bos = bool(lc.llama_vocab_get_add_bos(self.ptr))
+        self.fim = FimTokens(*(f(self.ptr) for f in (lc.llama_vocab_fim_pre, lc.llama_vocab_fim_suf,
+                                                     lc.llama_vocab_fim_mid, lc.llama_vocab_fim_rep,
+                                                     lc.llama_vocab_fim_sep)))
+        self._eog_tokens: tuple[int, ...] | None = None
         self._pieces: dict[tuple[int, bool], bytes] = {}
         self._eog: dict[int, bool] = {}
 
@@ -48,6 +70,13 @@ class Vocab:
         if out is None:
             out = self._eog[token] = bool(lc.llama_vocab_is_eog(self.ptr, token))
         return out
+
+    def eog_tokens(self) -> tuple[int, ...]:
+        """Every end-of-generation token (``ignore_eos`` bans them all, as llama-server). Computed once."""
+        if self._eog_tokens is None:
+            is_eog = lc.llama_vocab_is_eog
+            self._eog_tokens = tuple(t for t in range(self.n_tokens) if is_eog(self.ptr, t))
+        return self._eog_tokens
 
     def is_valid(self, token: int) -> bool:
         return 0 <= token < self.n_tokens

@@ -7,6 +7,7 @@ carries the server facts the bodies mention (model name, context size, token pie
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -61,7 +62,12 @@ def generation_settings(info: BodyInfo, req: CompletionRequest | None = None) ->
             temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, seed=s.seed,
             repeat_last_n=s.repeat_last_n, repeat_penalty=s.repeat_penalty,
             presence_penalty=s.presence_penalty, frequency_penalty=s.frequency_penalty,
-            n_predict=req.n_predict, stop=req.stop, ignore_eos=s.ignore_eos,
+            typical_p=s.typical_p, top_n_sigma=s.top_n_sigma, xtc_probability=s.xtc_probability,
+            xtc_threshold=s.xtc_threshold, n_predict=req.n_predict, max_tokens=req.n_predict, n_keep=req.n_keep,
+            n_discard=req.n_discard, n_cache_reuse=req.n_cache_reuse, stop=req.stop, ignore_eos=s.ignore_eos,
+            logit_bias=[{"bias": bias if math.isfinite(bias) else None, "token": token}  # -inf: null, as llama-server
+                        for token, bias in s.logit_bias],
+            samplers=list(s.order), n_probs=req.n_probs,
         )
     return settings
 
