@@ -13,7 +13,8 @@ from dataclasses import replace
 
 from slotserver.chain import DraftLimits
 from slotserver.config import ServerConfig
-from slotserver.errors import BadRequest, PromptTooLong
+from slotserver.errors import BadRequest, NotSupported, PromptTooLong
+from slotserver.infill import InfillBudget, infill_prompt, parse_infill
 from slotserver.job import Job
 from slotserver.limits import MAX_PROMPT_CHARS_PER_TOKEN
 from slotserver.logit_bias import resolve
@@ -42,7 +43,7 @@ class CompletionService:
         self.config = config
         self.runner = runner
         self.vocab = runner.engine.vocab
-        self.n_ctx = runner.engine.n_ctx
+        self.n_ctx = runner.engine.n_ctx_slot  # what one request may use (llama-server's n_ctx_slot)
         self.seed_default = config.seed & 0xFFFFFFFF if config.seed >= 0 else DEFAULT_SEED
         self.bounds = RequestBounds(n_ctx=self.n_ctx, n_vocab=self.vocab.n_tokens)
 
@@ -59,6 +60,11 @@ class CompletionService:
         job = await asyncio.get_running_loop().run_in_executor(None, self.prepare_chat, body)
         return self._queue(job, tenant)
 
+    async def submit_infill(self, body: dict, *, tenant: str = "") -> Job:
+        """A fill-in-the-middle request (llama.vim): the FIM prompt is laid out from its fields."""
+        job = await asyncio.get_running_loop().run_in_executor(None, self.prepare_infill, body)
+        return self._queue(job, tenant)
+
     def _queue(self, job: Job, tenant: str) -> Job:
         job.tenant = tenant
         self.runner.submit(job)
@@ -66,7 +72,9 @@ class CompletionService:
 
     def prepare(self, body: dict) -> Job:
         """Parse, tokenize and check a completion request (any thread); nothing is queued."""
-        req = parse_completion(body, self.config.n_predict, self.seed_default, bounds=self.bounds)
+        cfg = self.config
+        req = parse_completion(body, cfg.n_predict, self.seed_default, bounds=self.bounds,
+                               n_keep_default=cfg.n_keep, n_cache_reuse_default=cfg.cache_reuse)
         n_chars = sum(len(p) for p in req.prompt if isinstance(p, str))
         if n_chars > MAX_PROMPT_CHARS_PER_TOKEN * self.n_ctx:
             raise BadRequest(f"the prompt has {n_chars} characters, more than a context of {self.n_ctx} "
@@ -76,6 +84,9 @@ class CompletionService:
             biases = resolve(req.sampling.logit_bias, lambda text: self.vocab.tokenize(text, False, False),
                              self.vocab.n_tokens)
             req.sampling = replace(req.sampling, logit_bias=biases)
+        if req.sampling.ignore_eos:  # as llama-server: every end-of-generation token becomes impossible
+            bans = tuple((t, float("-inf")) for t in self.vocab.eog_tokens())
+            req.sampling = replace(req.sampling, logit_bias=tuple(req.sampling.logit_bias) + bans)
         if len(prompt) >= self.n_ctx:
             raise PromptTooLong(len(prompt), self.n_ctx)
         limits = req.spec if req.spec is not None else DraftLimits(n_max=self.config.spec.n_max)
@@ -88,6 +99,22 @@ class CompletionService:
         except ValueError as exc:
             raise BadRequest(str(exc)) from None
         return self.prepare({**body, "prompt": prompt})
+
+    def prepare_infill(self, body: dict) -> Job:
+        fim = self.vocab.fim
+        if not fim.can_infill:
+            raise NotSupported("Infill is not supported by this model: its vocabulary has no FIM prefix, suffix "
+                               "and middle tokens")
+        inp = parse_infill(body)
+        n_chars = len(inp.prefix) + len(inp.suffix) + sum(len(f) + len(t) for f, t in inp.extra)
+        if n_chars > MAX_PROMPT_CHARS_PER_TOKEN * self.n_ctx:
+            raise BadRequest(f"the infill input has {n_chars} characters, more than a context of {self.n_ctx} "
+                             "tokens can hold; it was not tokenized")
+        middle = self.vocab.tokenize(body.get("prompt", ""), add_special=False, parse_special=True)
+        budget = InfillBudget(self.config.engine.n_batch, self.n_ctx, self.config.n_predict)
+        tokens = infill_prompt(fim, inp, middle, lambda text: self.vocab.tokenize(text, False, False), budget,
+                               bos=self.vocab.bos if self.vocab.add_bos else None, spm=self.config.spm_infill)
+        return self.prepare({**body, "prompt": tokens})
 
     def tokenize_prompt(self, pieces: PromptPieces) -> list[int]:
         """Strings are tokenized with specials parsed; BOS (if the model wants one) leads the first string."""

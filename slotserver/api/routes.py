@@ -14,7 +14,7 @@ from slotserver.api.bodies import json_response, native_body, native_events
 from slotserver.api.completion import Formatter, serve_job
 from slotserver.api.json_body import parse_json_body
 from slotserver.api.state import STATE
-from slotserver.errors import BadRequest, NotSupported, ServerError
+from slotserver.errors import BadRequest, NotSupported, Unavailable
 from slotserver.slot_files import ACTIONS, SlotFiles, check_filename
 
 NATIVE = Formatter(native_body, native_events, done_marker=False)
@@ -29,6 +29,11 @@ async def completion(request: web.Request) -> web.StreamResponse:
     return await serve_job(request, lambda service, tenant: service.submit(body, tenant=tenant), NATIVE)
 
 
+async def infill(request: web.Request) -> web.StreamResponse:
+    body = await read_json(request)
+    return await serve_job(request, lambda service, tenant: service.submit_infill(body, tenant=tenant), NATIVE)
+
+
 async def health(request: web.Request) -> web.Response:
     request.app[STATE].ready()
     return json_response({"status": "ok"})
@@ -41,7 +46,7 @@ async def props(request: web.Request) -> web.Response:
     vocab = runner.engine.vocab
     return json_response({
         "default_generation_settings": {
-            "n_ctx": runner.engine.n_ctx,
+            "n_ctx": runner.engine.n_ctx_slot,
             "params": {"n_predict": cfg.n_predict, "seed": cfg.seed, "cache_prompt": cfg.cache_prompt,
                        "speculative.types": ",".join(runner.chain.types) or "none",
                        "speculative.n_max": cfg.spec.n_max},
@@ -70,7 +75,7 @@ async def slots(request: web.Request) -> web.Response:
     out = []
     for slot in runner.slots:
         job = slot.job
-        item = {"id": slot.id, "n_ctx": runner.engine.n_ctx, "speculative": bool(runner.chain.types),
+        item = {"id": slot.id, "n_ctx": runner.engine.n_ctx_slot, "speculative": bool(runner.chain.types),
                 "is_processing": job is not None, "n_cached_tokens": len(slot.cache)}
         if job is not None:
             item.update(
@@ -84,7 +89,7 @@ async def slots(request: web.Request) -> web.Response:
             )
         out.append(item)
     if request.query.get("fail_on_no_slot") and all(s["is_processing"] for s in out):
-        raise ServerError("no slot available")
+        raise Unavailable("no slot available")
     return json_response(out)
 
 
@@ -150,6 +155,7 @@ def setup_routes(app: web.Application, *, metrics_handler=None) -> None:
     add_post, add_get = app.router.add_post, app.router.add_get
     add_post("/completion", completion)
     add_post("/completions", completion)
+    add_post("/infill", infill)
     add_post("/v1/completions", oai.completions)
     add_post("/v1/chat/completions", oai.chat_completions)
     add_post("/chat/completions", oai.chat_completions)
