@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 
 from aiohttp import web
 
@@ -13,25 +14,36 @@ from slotserver.errors import ServerError, Unavailable
 log = logging.getLogger(__name__)
 
 
+_FIELD = re.compile(r"^'([^']+)'")  # our messages about one field start with its quoted name
+
+
+def _shaped(request: web.Request, body: dict) -> dict:
+    """On /v1/* the error also carries OpenAI's ``param``: the field at fault, or null."""
+    if request.path.startswith("/v1/"):
+        match = _FIELD.match(body["error"]["message"])
+        body["error"]["param"] = match.group(1) if match else None
+    return body
+
+
 @web.middleware
 async def error_middleware(request: web.Request, handler):
     """Translate errors into JSON once; the server keeps serving. Internal details are only logged."""
     try:
         return await handler(request)
     except ServerError as exc:
-        response = json_response(exc.to_json(), exc.status)
+        response = json_response(_shaped(request, exc.to_json()), exc.status)
         response.headers.update(exc.headers)
         return response
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
         kind = "not_found_error" if exc.status == 404 else "invalid_request_error"
-        return json_response(error_body(exc.status, exc.reason, kind), exc.status)
+        return json_response(_shaped(request, error_body(exc.status, exc.reason, kind)), exc.status)
     except (asyncio.CancelledError, ConnectionResetError):
         raise
     except Exception:
         log.exception("unhandled error in %s %s", request.method, request.path)
-        return json_response(error_body(500, "internal server error", "server_error"), 500)
+        return json_response(_shaped(request, error_body(500, "internal server error", "server_error")), 500)
 
 
 def request_limit(max_requests: int):

@@ -52,3 +52,12 @@ async def test_bad_messages_are_a_400_and_models_lists_the_model(server):
     assert status == 400 and "role" in err["error"]["message"]
     status, models = await server.get("/v1/models")
     assert status == 200 and models["data"][0]["id"] == server.state.config.model_name
+
+
+async def test_v1_errors_name_the_field_as_openai_param(server):
+    status, out = await server.post("/v1/completions", {"prompt": "x", "temperature": "hot"})
+    assert status == 400 and out["error"]["param"] == "temperature" and out["error"]["code"] == 400
+    status, out = await server.post("/v1/chat/completions", {"messages": "nope"})
+    assert status == 400 and out["error"]["param"] == "messages"
+    status, out = await server.post("/completion", {"prompt": "x", "temperature": "hot"})
+    assert status == 400 and "param" not in out["error"]  # llama.cpp's shape on the native endpoints
