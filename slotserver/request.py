@@ -65,7 +65,6 @@ class CompletionRequest:
     spec: DraftLimits | None = None  # None: the server's defaults
     include_usage: bool = False  # OpenAI stream_options.include_usage: a last chunk with the usage
 
-
     @property
     def records_probs(self) -> bool:
         """Whether the engine records each generated token's probabilities."""
