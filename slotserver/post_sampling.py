@@ -37,8 +37,8 @@ class CandidateSampler:
     def sample(self, sampler, logits: np.ndarray, n: int, greedy: bool) -> tuple[int, float, list[tuple[int, float]]]:
         """Sample and accept a token from ``logits``; returns (token, its probability, top ``n`` (id, p)).
 
-        The top list holds the candidates left with p > 0, most likely first (ties keep vocabulary
-        order), as llama-server lists them. A greedy chain leaves one candidate with p = 1: llama.cpp's
+        The top list holds the candidates left with p > 0, most likely first (ties in the order the
+        chain left them), as llama-server lists them. A greedy chain leaves one candidate with p = 1: llama.cpp's
         greedy sampler only selects, and llama-server's temperature <= 0 keeps the argmax alone.
         """
         buf = self._buf
@@ -49,19 +49,15 @@ class CandidateSampler:
         arr.data, arr.size, arr.selected, arr.sorted = self._ptr, self.n_vocab, -1, False
         lc.llama_sampler_apply(sampler, ctypes.byref(arr))
         assert 0 <= arr.selected < arr.size, "the sampler chain selected no token"
-        cand = self._candidates(arr)
+        # Every llama.cpp sampler filters and sorts in place; were one to point ``data`` elsewhere, the
+        # candidates could not be read safely, and this request (alone) fails rather than misreport.
+        assert ctypes.cast(arr.data, ctypes.c_void_p).value == self._buf.ctypes.data, "sampler moved the candidates"
+        cand = self._buf[: arr.size]
         token = int(cand["id"][arr.selected])
         lc.llama_sampler_accept(sampler, token)
         if greedy:
             return token, 1.0, [(token, 1.0)][:n]
         return token, float(cand["p"][arr.selected]), top_candidates(cand["id"], cand["p"], n)
-
-    def _candidates(self, arr) -> np.ndarray:
-        """The array the chain left, wherever it left it (samplers may point ``data`` elsewhere)."""
-        if ctypes.cast(arr.data, ctypes.c_void_p).value == self._buf.ctypes.data:
-            return self._buf[: arr.size]
-        raw = ctypes.cast(arr.data, ctypes.POINTER(ctypes.c_uint8 * (arr.size * TOKEN_DATA.itemsize))).contents
-        return np.frombuffer(raw, dtype=TOKEN_DATA, count=arr.size).copy()
 
 
 def top_candidates(ids: np.ndarray, ps: np.ndarray, n: int) -> list[tuple[int, float]]:
