@@ -38,30 +38,38 @@ class Applier:
         slot.cache.extend(entry.tokens)
         del slot.pending[: len(entry.tokens)]
         job.n_prompt_decoded += len(entry.tokens)
+        out = self._progress(job)
         if not entry.ends_prompt and not self._past_prompt_time(job):
-            return []
+            return out
         job.t_prompt_end = time.perf_counter()
         self.stats.n_prompt_tokens += job.n_prompt_decoded
         self.stats.t_prompt_s += job.t_prompt_end - job.t_prompt_start
         if not entry.ends_prompt or job.request.n_predict == 0:
-            return [self.lifecycle.release(slot, "limit")]
+            return out + [self.lifecycle.release(slot, "limit")]
         slot.state = SlotState.GENERATING
         slot.chain.begin(slot.id, slot.cache)
-        token = self.engine.sample(slot.sampler, rows[0])
-        self._record_probs(job, rows[0], token)
+        token = self._sample(slot, rows[0])
         self.stats.ttft_s.observe(time.perf_counter() - job.t_queued)
-        return self._emit(slot, [token])
+        return out + self._emit(slot, [token])
+
+    @staticmethod
+    def _progress(job: Job) -> Outbox:
+        """llama-server's ``return_progress``: after each prompt chunk, how far the prompt got (streams only)."""
+        if not (job.request.stream and job.request.return_progress):
+            return []
+        return [(job, Event(False, progress=job.prompt_progress()))]
 
     def _verify(self, slot: Slot, entry: BatchEntry, rows: list[int]) -> Outbox:
         job = slot.job
         draft = entry.tokens[1:]  # what the batch verified: the chain's draft, maybe cut to fit
         sampled: list[int] = []
-        # Plain greedy needs no sampler state: take every row's argmax at once.
-        greedy = self.engine.argmax(rows) if job.request.sampling.is_plain_greedy else None
+        # Plain greedy needs no sampler state: take every row's argmax at once (post-sampling
+        # probabilities come out of the sampler chain, so those requests sample row by row).
+        req = job.request
+        greedy = self.engine.argmax(rows) if req.sampling.is_plain_greedy and not req.post_sampling_probs else None
         for i, row in enumerate(rows):
-            token = greedy[i] if greedy is not None else self.engine.sample(slot.sampler, row)
+            token = self._sample(slot, row, greedy[i] if greedy is not None else None)
             sampled.append(token)
-            self._record_probs(job, row, token)
             if i >= len(draft) or token != draft[i]:
                 break
         n_accepted = len(sampled) - 1
@@ -79,9 +87,21 @@ class Applier:
         slot.cache.extend(entry.tokens[:keep])
         return self._emit(slot, sampled)
 
-    def _record_probs(self, job: Job, row: int, token: int) -> None:
-        if job.request.n_probs > 0:
-            job.probs.append(self.engine.top_logprobs(row, job.request.n_probs, token))
+    def _sample(self, slot: Slot, row: int, argmax: int | None = None) -> int:
+        """The token at ``row`` (``argmax`` if the caller already has it), its probabilities recorded if asked.
+
+        Post-sampling probabilities need the candidates the sampler chain leaves, so that path
+        samples through the chain by hand (``Engine.sample_post``); it picks the very same token.
+        """
+        req = slot.job.request
+        if req.records_probs and req.post_sampling_probs:
+            probs = self.engine.sample_post(slot.sampler, row, req.n_probs, req.sampling.is_greedy)
+            slot.job.probs.append(probs)
+            return probs.token
+        token = argmax if argmax is not None else self.engine.sample(slot.sampler, row)
+        if req.records_probs:
+            slot.job.probs.append(self.engine.top_logprobs(row, req.n_probs, token))
+        return token
 
     def _emit(self, slot: Slot, tokens: list[int]) -> Outbox:
         """Hand new tokens to the job; the last one becomes the slot's pending ``sampled`` token."""
@@ -124,10 +144,11 @@ class Applier:
 
     @staticmethod
     def partial(slot: Slot) -> Outbox:
-        """A streaming job's new text and tokens since its last event, if any."""
+        """A streaming job's new text and tokens since its last event (their probabilities, and the
+        timings with ``timings_per_token``), if any."""
         job = slot.job
         if job is None or not job.request.stream or not job.unsent:
             return []
-        event = Event(False, job.text.take(final=False), job.unsent)
-        job.unsent = []
-        return [(job, event)]
+        tokens, probs = job.take_unsent()
+        timings = job.timings() if job.request.timings_per_token else None
+        return [(job, Event(False, job.text.take(final=False), tokens, probs=probs, timings=timings))]

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import llama_cpp as lc
 import numpy as np
 
+from slotserver.job import TokenProbs
+from slotserver.post_sampling import CandidateSampler
 from slotserver.scheduler import BatchPlan, reusable_prefix
 from slotserver.vocab import Vocab
 
@@ -56,6 +58,7 @@ class Engine:
         if not self.model:
             raise RuntimeError(f"could not load model {config.model_path}")
         self.vocab = Vocab(self.model)
+        self.candidates = CandidateSampler(self.vocab.n_tokens)
         self.n_ctx_train = lc.llama_model_n_ctx_train(self.model)
         self.n_swa = lc.llama_model_n_swa(self.model)  # sliding-window attention span, 0 = none
         n_threads = config.n_threads or os.cpu_count() or 1
@@ -139,21 +142,27 @@ class Engine:
         """Sample (and accept into the sampler) the token at output ``row`` of the last decode."""
         return lc.llama_sampler_sample(sampler, self.ctx, row)
 
-    def logits(self, row: int) -> np.ndarray:
+    def _logits_view(self, row: int) -> np.ndarray:
+        """The logits at output ``row`` of the last decode, read in place (valid until the next decode)."""
         ptr = lc.llama_get_logits_ith(self.ctx, row)
-        return np.ctypeslib.as_array(ptr, shape=(self.vocab.n_tokens,)).copy()
+        return np.ctypeslib.as_array(ptr, shape=(self.vocab.n_tokens,))
 
-    def top_logprobs(self, row: int, n: int, extra: int) -> list[tuple[int, float]]:
-        """The ``n`` most likely tokens at ``row`` plus token ``extra``, with log-softmax of the raw logits."""
-        logits = self.logits(row).astype(np.float64)
+    def logits(self, row: int) -> np.ndarray:
+        return self._logits_view(row).copy()
+
+    def sample_post(self, sampler, row: int, n: int, greedy: bool) -> TokenProbs:
+        """Sample (and accept) at ``row`` as ``sample`` does, keeping the post-sampling probabilities."""
+        token, p, top = self.candidates.sample(sampler, self._logits_view(row), n, greedy)
+        return TokenProbs(token, p, tuple(top))
+
+    def top_logprobs(self, row: int, n: int, token: int) -> TokenProbs:
+        """``token``'s and the ``n`` most likely tokens' log-softmax of the raw logits at ``row``."""
+        logits = self._logits_view(row).astype(np.float64)
         m = logits.max()
         lse = m + np.log(np.exp(logits - m).sum())
         top = np.argpartition(-logits, n)[:n]
         top = top[np.argsort(-logits[top], kind="stable")]
-        ids = [int(t) for t in top]
-        if extra not in ids:
-            ids.append(extra)
-        return [(t, float(logits[t] - lse)) for t in ids]
+        return TokenProbs(token, float(logits[token] - lse), tuple((int(t), float(logits[t] - lse)) for t in top))
 
     def chat_prompt(self, messages: list[tuple[str, str]]) -> str:
         """Render (role, content) messages with the model's chat template (ChatML if it has none),

@@ -1,8 +1,8 @@
 """One accepted completion request while it lives in the server: its tokens, text, timings and events.
 
 Ownership: from ``Runner.submit`` until its final event the engine thread owns every field but
-two: ``events`` (the engine only puts into it, through the event loop) and ``n_events_sent``
-(the HTTP handler's own counter). After the final event the engine never touches the job again
+three: ``events`` (the engine only puts into it, through the event loop), ``n_events_sent`` and
+``n_logprob_chars`` (the HTTP handler's own counters). After the final event the engine never touches the job again
 and the handler reads it freely.
 """
 
@@ -19,15 +19,35 @@ from slotserver.request import CompletionRequest
 from slotserver.textstream import TextStream
 
 
+@dataclass(frozen=True, slots=True)
+class TokenProbs:
+    """One generated token's probability and its top candidates', as the request asked for them.
+
+    Log-probabilities of the raw logits by default; with ``post_sampling_probs`` probabilities
+    (0..1) of the candidates the sampler chain left. Which one is the request's to say.
+    """
+
+    token: int
+    value: float  # the token's own (log-)probability
+    top: tuple[tuple[int, float], ...]  # (id, value), most likely first, at most n_probs
+
+
 @dataclass(slots=True)
 class Event:
-    """What the handler receives: a partial result (``final`` False) or the end of the job."""
+    """What the handler receives: a partial result (``final`` False) or the end of the job.
+
+    Everything in it is a snapshot taken on the engine thread, so the handler can format it while
+    the engine goes on changing the job.
+    """
 
     final: bool
     text: str = ""
     tokens: list[int] = field(default_factory=list)
     error: ServerError | None = None  # the job failed; its message is safe to show to the client
     is_cancelled: bool = False  # final event of a job cancelled by its handler
+    probs: list[TokenProbs] = field(default_factory=list)  # of ``tokens``, when the request records them
+    progress: dict | None = None  # return_progress: prompt processing so far (no text, no tokens)
+    timings: dict | None = None  # timings_per_token: the job's timings when the event was made
 
 
 @dataclass(slots=True, eq=False)
@@ -40,9 +60,10 @@ class Job:
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     id_slot: int = -1
     n_events_sent: int = 0  # events a streaming handler has written so far (handler-owned)
+    n_logprob_chars: int = 0  # characters of token text in OpenAI logprobs sent so far (handler-owned)
     generated: list[int] = field(default_factory=list)
     unsent: list[int] = field(default_factory=list)  # tokens not yet reported in a partial event
-    probs: list[list[tuple[int, float]]] = field(default_factory=list)  # per token: top (id, logprob)
+    probs: list[TokenProbs] = field(default_factory=list)  # per sampled token, when the request records them
     stop_type: str = "none"  # none | eos | word | limit
     is_truncated: bool = False
     n_cached: int = 0  # prompt tokens reused from the KV cache
@@ -65,6 +86,25 @@ class Job:
         """Tokens still wanted, or -1 without an n_predict limit."""
         n_predict = self.request.n_predict
         return -1 if n_predict < 0 else max(n_predict - self.n_gen, 0)
+
+    def take_unsent(self) -> tuple[list[int], list[TokenProbs]]:
+        """Tokens not reported in an event yet, with their probabilities if recorded; clears them.
+
+        ``probs`` may run past ``generated`` (a verify step samples before the stop is seen), so the
+        probabilities are taken by the tokens' positions in ``generated``.
+        """
+        tokens, self.unsent = self.unsent, []
+        end = len(self.generated)
+        return tokens, self.probs[end - len(tokens) : end] if self.probs else []
+
+    def prompt_progress(self) -> dict:
+        """llama-server's ``prompt_progress``: prompt tokens in all, reused from the cache, in the KV so far."""
+        return {
+            "total": len(self.prompt),
+            "cache": self.n_cached,
+            "processed": self.n_cached + self.n_prompt_decoded,
+            "time_ms": int((time.perf_counter() - self.t_prompt_start) * 1e3),
+        }
 
     def timings(self) -> dict:
         prompt_ms = (self.t_prompt_end - self.t_prompt_start) * 1e3

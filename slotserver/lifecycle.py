@@ -94,9 +94,9 @@ class SlotLifecycle:
         job.stop_type = stop_type
         if job.t_prompt_end == 0.0:
             job.t_prompt_end = time.perf_counter()
-        event = Event(True, job.text.take(final=True), job.unsent, error)
-        job.unsent = []
         del job.probs[job.n_gen :]  # tokens sampled after the stop are not part of the output
+        tokens, probs = job.take_unsent()
+        event = Event(True, job.text.take(final=True), tokens, error, probs=probs)
         if slot.sampler is not None:
             free_sampler(slot.sampler)
         slot.sampler = None

@@ -58,12 +58,21 @@ class CompletionRequest:
     n_indent: int = 0
     t_max_predict_ms: int = -1
     t_max_prompt_ms: int = -1  # prompt processing past this ends the request at the next chunk (its KV stays cached)
-    n_probs: int = 0  # report the top n_probs candidates (pre-sampling log-probabilities) per token
+    n_probs: int = 0  # report the top n_probs candidates per token
+    post_sampling_probs: bool = False  # probabilities after the sampler chain instead of raw log-probabilities
+    token_probs: bool = False  # record each token's probability even with n_probs 0 (OpenAI logprobs)
+    return_progress: bool = False  # stream prompt_progress chunks while the prompt is processed
+    timings_per_token: bool = False  # every stream chunk carries timings
     spec: DraftLimits | None = None  # None: the server's defaults
     include_usage: bool = False  # OpenAI stream_options.include_usage: a last chunk with the usage
     n_keep: int = 0  # context shift keeps this many prompt tokens (-1: the whole prompt)
     n_discard: int = 0  # tokens a context shift drops (0: half of those after n_keep)
     n_cache_reuse: int = 0  # reuse cached chunks of at least this many tokens by shifting their KV (0: off)
+
+    @property
+    def records_probs(self) -> bool:
+        """Whether the engine records each generated token's probabilities."""
+        return self.n_probs > 0 or self.token_probs
 
 
 def _show(bound: float) -> str:
@@ -250,6 +259,9 @@ def parse_completion(
         t_max_prompt_ms=_number(body, "t_max_prompt_ms", -1, int, lo=-1),
         # Clamped, not rejected (see N_PROBS_MAX); below n_vocab since the top-n partitions the logits.
         n_probs=min(n_probs, N_PROBS_MAX, max(bounds.n_vocab - 1, 0)),
+        post_sampling_probs=_bool(body, "post_sampling_probs", False),
+        return_progress=_bool(body, "return_progress", False),
+        timings_per_token=_bool(body, "timings_per_token", False),
         spec=parse_spec(body),
         n_keep=_number(body, "n_keep", n_keep_default, int, lo=-1),
         n_discard=_number(body, "n_discard", 0, int, lo=0),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
+from functools import partial
 
 from slotserver.chain import DraftLimits
 from slotserver.config import ServerConfig
@@ -47,17 +48,18 @@ class CompletionService:
         self.seed_default = config.seed & 0xFFFFFFFF if config.seed >= 0 else DEFAULT_SEED
         self.bounds = RequestBounds(n_ctx=self.n_ctx, n_vocab=self.vocab.n_tokens)
 
-    async def submit(self, body: dict, *, tenant: str = "") -> Job:
+    async def submit(self, body: dict, *, tenant: str = "", logprobs: int | None = None) -> Job:
         """Validate, tokenize and queue a completion request; the job's events follow.
 
         ``tenant`` (an API key's id) selects whose learned drafter state the job uses (chains.py).
+        ``logprobs``: an OpenAI endpoint's parsed logprobs request (see ``prepare``).
         """
-        job = await asyncio.get_running_loop().run_in_executor(None, self.prepare, body)
+        job = await asyncio.get_running_loop().run_in_executor(None, partial(self.prepare, body, logprobs))
         return self._queue(job, tenant)
 
-    async def submit_chat(self, body: dict, *, tenant: str = "") -> Job:
+    async def submit_chat(self, body: dict, *, tenant: str = "", logprobs: int | None = None) -> Job:
         """A chat request: the messages rendered with the model's template become the prompt."""
-        job = await asyncio.get_running_loop().run_in_executor(None, self.prepare_chat, body)
+        job = await asyncio.get_running_loop().run_in_executor(None, partial(self.prepare_chat, body, logprobs))
         return self._queue(job, tenant)
 
     async def submit_infill(self, body: dict, *, tenant: str = "") -> Job:
@@ -70,11 +72,18 @@ class CompletionService:
         self.runner.submit(job)
         return job
 
-    def prepare(self, body: dict) -> Job:
-        """Parse, tokenize and check a completion request (any thread); nothing is queued."""
+    def prepare(self, body: dict, logprobs: int | None = None) -> Job:
+        """Parse, tokenize and check a completion request (any thread); nothing is queued.
+
+        ``logprobs`` (OpenAI's, None if not asked): record every token's probability, with that many
+        top candidates unless the native ``n_probs`` says how many (it wins, as in llama-server).
+        """
         cfg = self.config
         req = parse_completion(body, cfg.n_predict, self.seed_default, bounds=self.bounds,
                                n_keep_default=cfg.n_keep, n_cache_reuse_default=cfg.cache_reuse)
+        if logprobs is not None:
+            req.token_probs = True
+            req.n_probs = req.n_probs or logprobs
         n_chars = sum(len(p) for p in req.prompt if isinstance(p, str))
         if n_chars > MAX_PROMPT_CHARS_PER_TOKEN * self.n_ctx:
             raise BadRequest(f"the prompt has {n_chars} characters, more than a context of {self.n_ctx} "
@@ -92,13 +101,13 @@ class CompletionService:
         limits = req.spec if req.spec is not None else DraftLimits(n_max=self.config.spec.n_max)
         return Job(req, prompt, limits, TextStream(req.stop, req.n_indent))
 
-    def prepare_chat(self, body: dict) -> Job:
+    def prepare_chat(self, body: dict, logprobs: int | None = None) -> Job:
         messages = parse_messages(body.get("messages"))
         try:
             prompt = self.runner.engine.chat_prompt(messages)
         except ValueError as exc:
             raise BadRequest(str(exc)) from None
-        return self.prepare({**body, "prompt": prompt})
+        return self.prepare({**body, "prompt": prompt}, logprobs)
 
     def prepare_infill(self, body: dict) -> Job:
         fim = self.vocab.fim

@@ -14,7 +14,8 @@ from typing import Any, Callable
 
 from aiohttp import web
 
-from slotserver.job import Event, Job
+from slotserver.api import logprobs
+from slotserver.job import Event, Job, TokenProbs
 from slotserver.request import CompletionRequest
 
 
@@ -72,23 +73,8 @@ def generation_settings(info: BodyInfo, req: CompletionRequest | None = None) ->
     return settings
 
 
-def probabilities(job: Job, piece: Callable[[int], bytes]) -> list[dict]:
-    """llama.cpp's ``completion_probabilities``: the chosen token and the top candidates, log-probs."""
-
-    def item(token: int, logprob: float) -> dict:
-        data = piece(token)
-        return {"id": token, "token": data.decode(errors="replace"), "bytes": list(data), "logprob": logprob}
-
-    out = []
-    for token, top in zip(job.generated, job.probs):
-        chosen = dict(top)[token]
-        n = job.request.n_probs
-        out.append({**item(token, chosen), "top_logprobs": [item(t, lp) for t, lp in top[:n]]})
-    return out
-
-
 # -- llama.cpp's /completion -------------------------------------------------------------------
-def _native_final(info: BodyInfo, job: Job, content: str, tokens: list[int]) -> dict:
+def _native_final(info: BodyInfo, job: Job, content: str, tokens: list[int], probs: list[TokenProbs]) -> dict:
     req = job.request
     body = {
         "index": 0,
@@ -109,26 +95,41 @@ def _native_final(info: BodyInfo, job: Job, content: str, tokens: list[int]) -> 
         "timings": job.timings(),
     }
     if req.n_probs > 0:
-        body["completion_probabilities"] = probabilities(job, info.piece)
+        body["completion_probabilities"] = logprobs.native(probs, info.piece, req.post_sampling_probs)
     return pick_fields(body, req.response_fields)
 
 
 def native_body(info: BodyInfo, job: Job) -> dict:
-    return _native_final(info, job, job.text.text, list(job.generated))
+    return _native_final(info, job, job.text.text, list(job.generated), job.probs)
+
+
+def _stream_extras(event: Event) -> dict:
+    """What a partial chunk adds when asked: ``timings`` (timings_per_token), ``prompt_progress`` (return_progress)."""
+    extras: dict[str, Any] = {}
+    if event.timings is not None:
+        extras["timings"] = event.timings
+    if event.progress is not None:
+        extras["prompt_progress"] = event.progress
+    return extras
 
 
 def native_events(info: BodyInfo, job: Job, event: Event) -> list[dict]:
-    if event.final:  # a stream's final chunk carries only the text not sent yet
-        return [_native_final(info, job, event.text, list(event.tokens))]
-    return [{
+    req = job.request
+    if event.final:  # a stream's final chunk carries only the text (and tokens, probabilities) not sent yet
+        return [_native_final(info, job, event.text, list(event.tokens), event.probs)]
+    chunk = {
         "index": 0,
         "content": event.text,
-        "tokens": list(event.tokens) if job.request.return_tokens else [],
+        "tokens": list(event.tokens) if req.return_tokens else [],
         "stop": False,
         "id_slot": -1,
         "tokens_predicted": job.n_gen,
         "tokens_evaluated": len(job.prompt),
-    }]
+        **_stream_extras(event),
+    }
+    if req.n_probs > 0 and event.probs:
+        chunk["completion_probabilities"] = logprobs.native(event.probs, info.piece, req.post_sampling_probs)
+    return [chunk]
 
 
 # -- OpenAI's /v1/completions and /v1/chat/completions -----------------------------------------
@@ -150,8 +151,18 @@ def _envelope(info: BodyInfo, job: Job, kind: str) -> dict:
             "model": info.model, "system_fingerprint": "slotserver"}
 
 
+def _text_logprobs(info: BodyInfo, job: Job, probs: list[TokenProbs]) -> dict | None:
+    """A text choice's ``logprobs`` (None unless asked); text offsets go on from the stream's earlier chunks."""
+    req = job.request
+    if not req.records_probs:
+        return None
+    out, job.n_logprob_chars = logprobs.text(probs, info.piece, req.post_sampling_probs, job.n_logprob_chars)
+    return out
+
+
 def text_body(info: BodyInfo, job: Job) -> dict:
-    choice = {"text": job.text.text, "index": 0, "logprobs": None, "finish_reason": finish_reason(job)}
+    choice = {"text": job.text.text, "index": 0, "logprobs": _text_logprobs(info, job, job.probs),
+              "finish_reason": finish_reason(job)}
     return {**_envelope(info, job, "text_completion"), "choices": [choice], "usage": usage(job),
             "timings": job.timings()}
 
@@ -163,30 +174,42 @@ def _usage_chunk(head: dict, job: Job) -> list[dict]:
 
 def text_events(info: BodyInfo, job: Job, event: Event) -> list[dict]:
     head = _envelope(info, job, "text_completion")
-    choice = {"text": event.text, "index": 0, "logprobs": None,
+    probs = _text_logprobs(info, job, event.probs) if event.probs or event.final else None
+    choice = {"text": event.text, "index": 0, "logprobs": probs,
               "finish_reason": finish_reason(job) if event.final else None}
     if not event.final:
-        return [{**head, "choices": [choice]}]
+        return [{**head, "choices": [choice], **_stream_extras(event)}]
     return [{**head, "choices": [choice], "timings": job.timings()}, *_usage_chunk(head, job)]
 
 
 def chat_body(info: BodyInfo, job: Job) -> dict:
+    req = job.request
     message = {"role": "assistant", "content": job.text.text}
-    choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason(job)}
+    probs = logprobs.chat(job.probs, info.piece, req.post_sampling_probs) if req.records_probs else None
+    choice = {"index": 0, "message": message, "logprobs": probs, "finish_reason": finish_reason(job)}
     return {**_envelope(info, job, "chat.completion"), "choices": [choice], "usage": usage(job),
             "timings": job.timings()}
 
 
 def chat_events(info: BodyInfo, job: Job, event: Event) -> list[dict]:
+    """Chat chunks: the role first (and with each prompt progress, as llama-server), the text with
+    its tokens' logprobs, then the finish reason."""
+    req = job.request
     head = _envelope(info, job, "chat.completion.chunk")
     out = []
-    if job.n_events_sent == 0:  # OpenAI streams open with the role
+    if job.n_events_sent == 0 or event.progress is not None:  # OpenAI streams open with the role
         out.append({**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": None},
                                          "finish_reason": None}]})
-    if event.text:
-        out.append({**head, "choices": [{"index": 0, "delta": {"content": event.text}, "finish_reason": None}]})
+    has_probs = req.records_probs and bool(event.probs)
+    if event.text or has_probs:
+        choice = {"index": 0, "delta": {"content": event.text}, "finish_reason": None}
+        if has_probs:
+            choice["logprobs"] = logprobs.chat(event.probs, info.piece, req.post_sampling_probs)
+        out.append({**head, "choices": [choice]})
     if event.final:
         out.append({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": finish_reason(job)}],
                     "timings": job.timings()})
         out += _usage_chunk(head, job)
+    elif out:
+        out[-1].update(_stream_extras(event))
     return out

@@ -11,6 +11,7 @@ from aiohttp import web
 from slotserver.api.bodies import chat_body, chat_events, json_response, text_body, text_events
 from slotserver.api.completion import Formatter, serve_job
 from slotserver.api.json_body import parse_json_body
+from slotserver.api.oai_logprobs import chat_logprobs, text_logprobs
 from slotserver.api.state import STATE
 from slotserver.errors import BadRequest
 
@@ -29,12 +30,15 @@ def openai_body(raw: bytes) -> dict:
 
 async def completions(request: web.Request) -> web.StreamResponse:
     body = openai_body(await request.read())
-    return await serve_job(request, lambda service, tenant: service.submit(body, tenant=tenant), TEXT)
+    top = text_logprobs(body)
+    return await serve_job(request, lambda service, tenant: service.submit(body, tenant=tenant, logprobs=top), TEXT)
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     body = openai_body(await request.read())
-    return await serve_job(request, lambda service, tenant: service.submit_chat(body, tenant=tenant), CHAT)
+    top = chat_logprobs(body)
+    return await serve_job(request, lambda service, tenant: service.submit_chat(body, tenant=tenant, logprobs=top),
+                           CHAT)
 
 
 async def models(request: web.Request) -> web.Response:

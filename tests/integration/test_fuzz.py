@@ -23,6 +23,7 @@ FIELDS = [
     "stream", "id_slot", "cache_prompt", "response_fields", "return_tokens", "n_indent", "t_max_predict_ms",
     "speculative", "speculative.n_max", "speculative.n_min", "speculative.p_min", "speculative.type",
     "ignore_eos", "messages", "content", "tokens", "with_pieces", "add_special", "parse_special",
+    "post_sampling_probs", "return_progress", "timings_per_token", "logprobs", "top_logprobs",
 ]
 HUGE = ["x" * 300_000, list(range(70_000)), [262_144] * 3, [-1], "\U0001F600" * 5000, 10**30, -(10**30),
         2**31, 2**63, 1e308, -1e308, 5e-324, 262_144, 262_143]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 SAME_PATH = {"cache_prompt": False, "speculative.type": "none", "temperature": 0.0}
 
 
@@ -61,3 +63,60 @@ async def test_v1_errors_name_the_field_as_openai_param(server):
     assert status == 400 and out["error"]["param"] == "messages"
     status, out = await server.post("/completion", {"prompt": "x", "temperature": "hot"})
     assert status == 400 and "param" not in out["error"]  # llama.cpp's shape on the native endpoints
+
+
+LOGPROBS_TEXT = {"prompt": "A short list of fruits: apple, pear,", "max_tokens": 10, **SAME_PATH}
+
+
+async def test_v1_completions_logprobs_match_native_probabilities(server):
+    native = await server.complete(**LOGPROBS_TEXT, n_probs=3)
+    status, oai = await server.post("/v1/completions", {**LOGPROBS_TEXT, "logprobs": 3})
+    assert status == 200
+    lp = oai["choices"][0]["logprobs"]
+    n = oai["usage"]["completion_tokens"]
+    assert len(lp["tokens"]) == len(lp["token_logprobs"]) == len(lp["top_logprobs"]) == len(lp["text_offset"]) == n
+    assert "".join(lp["tokens"]) == oai["choices"][0]["text"]
+    assert lp["tokens"] == [p["token"] for p in native["completion_probabilities"]]
+    assert lp["token_logprobs"] == [p["logprob"] for p in native["completion_probabilities"]]
+    assert all(1 <= len(top) <= 3 and max(top.values()) >= lp for top, lp in zip(lp["top_logprobs"], lp["token_logprobs"]))
+    assert lp["text_offset"] == [sum(map(len, lp["tokens"][:i])) for i in range(n)]
+    events = await sse(server, "/v1/completions", {**LOGPROBS_TEXT, "logprobs": 3})
+    streamed = [e["choices"][0]["logprobs"] for e in events[:-1] if e["choices"] and e["choices"][0]["logprobs"]]
+    assert [t for s in streamed for t in s["tokens"]] == lp["tokens"]
+    assert [o for s in streamed for o in s["text_offset"]] == lp["text_offset"]  # offsets go on across chunks
+    status, plain = await server.post("/v1/completions", LOGPROBS_TEXT)
+    assert plain["choices"][0]["logprobs"] is None
+
+
+async def test_chat_logprobs_whole_and_streamed(server):
+    body = {"messages": [{"role": "user", "content": "Say hello to the moon."}], "max_tokens": 8,
+            "logprobs": True, "top_logprobs": 2, **SAME_PATH}
+    status, out = await server.post("/v1/chat/completions", body)
+    assert status == 200
+    content = out["choices"][0]["logprobs"]["content"]
+    assert len(content) == out["usage"]["completion_tokens"]
+    assert "".join(c["token"] for c in content) == out["choices"][0]["message"]["content"]
+    for c in content:
+        assert set(c) == {"token", "logprob", "bytes", "top_logprobs"} and c["logprob"] <= 0
+        assert len(c["top_logprobs"]) == 2 and c["top_logprobs"][0]["logprob"] >= c["logprob"]
+        assert bytes(c["bytes"]).decode(errors="replace") == c["token"]
+    events = await sse(server, "/v1/chat/completions", body)
+    streamed = [c for e in events[:-1] if e["choices"] for c in (e["choices"][0].get("logprobs") or {}).get("content", [])]
+    assert [c["token"] for c in streamed] == [c["token"] for c in content]
+    status, none = await server.post("/v1/chat/completions", {**body, "logprobs": True, "top_logprobs": 0})
+    assert all(c["top_logprobs"] == [] for c in none["choices"][0]["logprobs"]["content"])
+    status, plain = await server.post("/v1/chat/completions", {**body, "logprobs": False, "top_logprobs": None})
+    assert status == 200 and plain["choices"][0]["logprobs"] is None
+
+
+@pytest.mark.parametrize("path,body,needle", [
+    ("/v1/completions", {"prompt": "x", "logprobs": 21}, "'logprobs'"),
+    ("/v1/completions", {"prompt": "x", "logprobs": True}, "'logprobs'"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "logprobs": 2}, "'logprobs'"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}, "requires"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "logprobs": True,
+                              "top_logprobs": 30}, "'top_logprobs'"),
+])
+async def test_invalid_logprobs_are_a_400(server, path, body, needle):
+    status, err = await server.post(path, body)
+    assert status == 400 and needle in err["error"]["message"]

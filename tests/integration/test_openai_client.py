@@ -93,3 +93,38 @@ async def test_async_client_streams_chat(srv):
         text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
         whole = await aclient.chat.completions.create(model="smollm2", messages=HI, max_tokens=8, **GREEDY)
     assert text == whole.choices[0].message.content
+
+
+def test_chat_logprobs_parse_whole_and_streamed(client):
+    whole = client.chat.completions.create(model="smollm2", messages=HI, max_tokens=8, logprobs=True,
+                                           top_logprobs=3, **GREEDY)
+    content = whole.choices[0].logprobs.content
+    assert len(content) == whole.usage.completion_tokens
+    assert "".join(c.token for c in content) == whole.choices[0].message.content
+    for c in content:
+        assert len(c.top_logprobs) == 3 and c.top_logprobs[0].logprob >= c.logprob
+        assert c.top_logprobs[0].bytes is not None and bytes(c.bytes).decode(errors="replace") == c.token
+    chunks = list(client.chat.completions.create(model="smollm2", messages=HI, max_tokens=8, logprobs=True,
+                                                 top_logprobs=3, stream=True, **GREEDY))
+    streamed = [c for chunk in chunks if chunk.choices and chunk.choices[0].logprobs
+                for c in chunk.choices[0].logprobs.content]
+    assert [(c.token, [t.token for t in c.top_logprobs]) for c in streamed] == [
+        (c.token, [t.token for t in c.top_logprobs]) for c in content]
+
+
+def test_completions_logprobs_parse(client):
+    out = client.completions.create(model="smollm2", prompt="One, two, three,", max_tokens=6, logprobs=2, **GREEDY)
+    lp = out.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == 6
+    assert "".join(lp.tokens) == out.choices[0].text and all(len(top) <= 2 for top in lp.top_logprobs)
+
+
+def test_post_sampling_probs_come_out_as_logprobs(client):
+    out = client.chat.completions.create(model="smollm2", messages=HI, max_tokens=6, logprobs=True, top_logprobs=2,
+                                         extra_body={"post_sampling_probs": True}, **GREEDY)
+    assert all(c.logprob == 0.0 and len(c.top_logprobs) == 1 for c in out.choices[0].logprobs.content)  # p = 1
+
+
+def test_invalid_top_logprobs_is_a_bad_request(client):
+    with pytest.raises(openai.BadRequestError, match="top_logprobs"):
+        client.chat.completions.create(model="smollm2", messages=HI, logprobs=True, top_logprobs=21)

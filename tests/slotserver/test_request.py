@@ -154,3 +154,17 @@ def test_existing_callers_without_bounds_keep_working():
     req = parse_completion({"prompt": "x", "repeat_last_n": -1}, 16, 1234)
     assert req.n_predict == 16 and req.sampling.seed == 1234
     assert req.sampling.repeat_last_n == RequestBounds().n_ctx
+
+
+@pytest.mark.parametrize("key", ["post_sampling_probs", "return_progress", "timings_per_token"])
+def test_token_level_flags_are_booleans_off_by_default(key):
+    assert getattr(parse(), key) is False and getattr(parse(**{key: True}), key) is True
+    with pytest.raises(BadRequest, match=rf"'{key}' must be a boolean"):
+        parse(**{key: 1})
+
+
+def test_probs_are_recorded_for_n_probs_or_openai_logprobs():
+    assert not parse().records_probs and parse(n_probs=1).records_probs
+    req = parse()
+    req.token_probs = True  # what an OpenAI logprobs request sets (service.prepare)
+    assert req.records_probs
