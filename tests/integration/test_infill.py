@@ -50,7 +50,9 @@ def fim(prefix: str, middle: str, suffix: str, extra: list[dict], t_max_predict_
 @pytest.fixture(scope="module")
 async def fim_server(tmp_path_factory):
     model = write_fim_copy(SMOLLM2, tmp_path_factory.mktemp("fim") / "smollm2-fim.gguf")
-    srv = await LiveServer(["-m", str(model), "-c", "8192", "--cache-reuse", "32", "--spec-type", "ngram-mod"]).start()
+    # -b 1024 as llama-server's --fim-qwen-* presets (it also keeps the long-prompt test short)
+    srv = await LiveServer(["-m", str(model), "-c", "8192", "-b", "1024", "-ub", "1024", "--cache-reuse", "32",
+                            "--spec-type", "ngram-mod"]).start()
     yield srv
     await srv.stop()
 
@@ -91,7 +93,7 @@ async def test_llama_vim_sequence_warmup_fim_and_speculative_follow_up(fim_serve
 async def test_a_ring_chunk_leaving_is_reused_by_shifting_the_rest(fim_server):
     """--cache-reuse: the first chunk leaves the ring; the chunks after it are moved, not decoded again."""
     old = ring((CONFIG, "config.py"), (FUNCS, "ops.py"), (HELPERS, "helpers.py"))
-    await fim_server.post("/infill", warmup(old))
+    await fim_server.post("/infill", {**warmup(old), "t_max_prompt_ms": -1})  # all of it cached
     status, out = await fim_server.post("/infill", {**warmup(old[1:]), "response_fields": []})
     assert status == 200
     t = out["timings"]
@@ -100,12 +102,12 @@ async def test_a_ring_chunk_leaving_is_reused_by_shifting_the_rest(fim_server):
 
 
 async def test_t_max_prompt_ms_ends_a_long_prompt_after_the_chunk_in_flight(fim_server):
-    big = ring(*((CONFIG.replace("setting", f"value {k}"), f"c{k}.py") for k in range(6)))
+    big = ring(*((CONFIG.replace("setting", f"value {k}"), f"c{k}.py") for k in range(3)))
     body = {**warmup(big), "response_fields": []}
-    status, out = await fim_server.post("/infill", body)  # -b 2048: one chunk, then 1 ms is long gone
-    assert status == 200 and out["stop_type"] == "limit" and out["tokens_evaluated"] > 2048
-    assert out["timings"]["prompt_n"] == 2048
-    n_cached = out["timings"]["cache_n"] + 2048  # what the slot held before, plus the chunk
+    status, out = await fim_server.post("/infill", body)  # -b 1024: one chunk, then 1 ms is long gone
+    assert status == 200 and out["stop_type"] == "limit" and out["tokens_evaluated"] > 1024
+    assert out["timings"]["prompt_n"] == 1024
+    n_cached = out["timings"]["cache_n"] + 1024  # what the slot held before, plus the chunk
     status, out = await fim_server.post("/infill", {**body, "t_max_prompt_ms": -1})
     assert out["timings"]["cache_n"] == n_cached and out["timings"]["prompt_n"] == out["tokens_evaluated"] - n_cached
 
