@@ -61,6 +61,9 @@ class Engine:
         self.candidates = CandidateSampler(self.vocab.n_tokens)
         self.n_ctx_train = lc.llama_model_n_ctx_train(self.model)
         self.n_swa = lc.llama_model_n_swa(self.model)  # sliding-window attention span, 0 = none
+        self.n_embd = lc.llama_model_n_embd(self.model)
+        self.n_params = lc.llama_model_n_params(self.model)
+        self.size = lc.llama_model_size(self.model)  # bytes of weights
         n_threads = config.n_threads or os.cpu_count() or 1
         cparams = lc.llama_context_default_params()
         cparams.n_ctx = config.n_ctx or self.n_ctx_train
@@ -166,7 +169,16 @@ class Engine:
 
     def chat_prompt(self, messages: list[tuple[str, str]]) -> str:
         """Render (role, content) messages with the model's chat template (ChatML if it has none),
-        ending with the assistant's turn, as llama.cpp's ``llama_chat_apply_template``."""
+        ending with the assistant's turn, as llama.cpp's ``llama_chat_apply_template``.
+
+        A last message from the assistant is a prefill, as in llama-server: the prompt opens the
+        assistant's turn with that text, and generation continues it.
+        """
+        if messages and messages[-1][0] == "assistant":
+            return self._render(messages[:-1]) + messages[-1][1]
+        return self._render(messages)
+
+    def _render(self, messages: list[tuple[str, str]]) -> str:
         template = lc.llama_model_chat_template(self.model, None)
         arr = (lc.llama_chat_message * len(messages))()
         keep = []  # the C strings must outlive the call

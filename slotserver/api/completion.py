@@ -27,6 +27,7 @@ class Formatter:
     body: Callable[[BodyInfo, Job], dict]
     events: Callable[[BodyInfo, Job, Event], list[dict]]
     done_marker: bool  # OpenAI streams end with "data: [DONE]"
+    named_events: bool = False  # each event also gets an "event: <its type>" line (the Responses API)
 
 
 def body_info(service: CompletionService) -> BodyInfo:
@@ -57,8 +58,9 @@ async def serve_job(request: web.Request, submit: Callable[[CompletionService, s
             service.runner.cancel(job)
 
 
-def _sse(body) -> bytes:
-    return b"data: " + json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+def _sse(body, named: bool = False) -> bytes:
+    head = f"event: {body['type']}\n".encode() if named else b""
+    return head + b"data: " + json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
 
 
 async def _stream(request: web.Request, info: BodyInfo, job: Job, fmt: Formatter,
@@ -76,7 +78,7 @@ async def _stream(request: web.Request, info: BodyInfo, job: Job, fmt: Formatter
         if event.error is not None:
             await write(_sse(event.error.to_json()))
             break
-        chunks = [_sse(body) for body in fmt.events(info, job, event)]
+        chunks = [_sse(body, fmt.named_events) for body in fmt.events(info, job, event)]
         if event.final and fmt.done_marker:
             chunks.append(b"data: [DONE]\n\n")
         await write(b"".join(chunks))

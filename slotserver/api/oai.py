@@ -1,4 +1,4 @@
-"""OpenAI-compatible endpoints: /v1/completions, /v1/chat/completions, /v1/models.
+"""OpenAI-compatible endpoints: /v1/completions, /v1/chat/completions, /v1/responses, /v1/models.
 
 They run the same jobs as /completion; only the request's shape and the response's differ. As in
 llama-server, native fields (id_slot, cache_prompt, speculative.*, n_probs...) pass through.
@@ -12,11 +12,13 @@ from slotserver.api.bodies import chat_body, chat_events, json_response, text_bo
 from slotserver.api.completion import Formatter, serve_job
 from slotserver.api.json_body import parse_json_body
 from slotserver.api.oai_logprobs import chat_logprobs, text_logprobs
+from slotserver.api.responses import chat_request, response_body, response_events
 from slotserver.api.state import STATE
 from slotserver.errors import BadRequest
 
 TEXT = Formatter(text_body, text_events, done_marker=True)
 CHAT = Formatter(chat_body, chat_events, done_marker=True)
+RESPONSES = Formatter(response_body, response_events, done_marker=False, named_events=True)
 
 
 def openai_body(raw: bytes) -> dict:
@@ -41,7 +43,17 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                            CHAT)
 
 
+async def responses(request: web.Request) -> web.StreamResponse:
+    body = chat_request(parse_json_body(await request.read()))
+    return await serve_job(request, lambda service, tenant: service.submit_chat(body, tenant=tenant), RESPONSES)
+
+
 async def models(request: web.Request) -> web.Response:
+    """The served model (also at /models, as llama-server), with llama-server's ``meta``."""
     state = request.app[STATE]
-    return json_response({"object": "list", "data": [
-        {"id": state.config.model_name, "object": "model", "created": 0, "owned_by": "slotserver"}]})
+    model = {"id": state.config.model_name, "object": "model", "created": 0, "owned_by": "slotserver"}
+    if state.runner is not None:
+        engine = state.runner.engine
+        model["meta"] = {"n_vocab": engine.vocab.n_tokens, "n_ctx_train": engine.n_ctx_train,
+                         "n_embd": engine.n_embd, "n_params": engine.n_params, "size": engine.size}
+    return json_response({"object": "list", "data": [model]})

@@ -15,6 +15,7 @@ from slotserver.api.completion import Formatter, serve_job
 from slotserver.api.json_body import parse_json_body
 from slotserver.api.state import STATE
 from slotserver.errors import BadRequest, NotSupported, Unavailable
+from slotserver.service import parse_messages
 from slotserver.slot_files import ACTIONS, SlotFiles, check_filename
 
 NATIVE = Formatter(native_body, native_events, done_marker=False)
@@ -32,6 +33,19 @@ async def completion(request: web.Request) -> web.StreamResponse:
 async def infill(request: web.Request) -> web.StreamResponse:
     body = await read_json(request)
     return await serve_job(request, lambda service, tenant: service.submit_infill(body, tenant=tenant), NATIVE)
+
+
+async def apply_template(request: web.Request) -> web.Response:
+    """llama-server's /apply-template: the prompt a chat request would generate from, not generated."""
+    service = request.app[STATE].ready_service()
+    body = await read_json(request)
+    messages = parse_messages(body.get("messages"))
+    try:
+        # a pure function of the model's template (service.prepare_chat renders off the engine thread too)
+        prompt = await asyncio.get_running_loop().run_in_executor(None, service.runner.engine.chat_prompt, messages)
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+    return json_response({"prompt": prompt})
 
 
 async def health(request: web.Request) -> web.Response:
@@ -159,7 +173,10 @@ def setup_routes(app: web.Application, *, metrics_handler=None) -> None:
     add_post("/v1/completions", oai.completions)
     add_post("/v1/chat/completions", oai.chat_completions)
     add_post("/chat/completions", oai.chat_completions)
+    add_post("/v1/responses", oai.responses)
+    add_post("/apply-template", apply_template)
     add_get("/v1/models", oai.models)
+    add_get("/models", oai.models)
     add_get("/health", health)
     add_get("/v1/health", health)
     add_get("/props", props)

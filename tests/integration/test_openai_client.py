@@ -7,7 +7,9 @@ The server runs in its own process: the sync client blocks, and must not block t
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import urllib.request
 
 import openai
 import pytest
@@ -128,3 +130,45 @@ def test_post_sampling_probs_come_out_as_logprobs(client):
 def test_invalid_top_logprobs_is_a_bad_request(client):
     with pytest.raises(openai.BadRequestError, match="top_logprobs"):
         client.chat.completions.create(model="smollm2", messages=HI, logprobs=True, top_logprobs=21)
+
+
+def test_responses_api_whole_and_streamed_agree(client):
+    """client.responses.create, as current agents call it: instructions, typed input parts, typed events."""
+    args = dict(model="smollm2", instructions="Answer briefly.", max_output_tokens=12, temperature=0.0,
+                input=[{"role": "user", "content": [{"type": "input_text", "text": "Name a colour."}]}])
+    whole = client.responses.create(**args)
+    assert whole.object == "response" and whole.output_text and whole.model == "smollm2"
+    assert whole.usage.output_tokens <= 12 and whole.usage.input_tokens > 0
+    assert whole.status in ("completed", "incomplete")
+    events = list(client.responses.create(**args, stream=True))
+    types = [e.type for e in events]
+    assert types[:4] == ["response.created", "response.in_progress", "response.output_item.added",
+                         "response.content_part.added"]
+    assert types[-4:-1] == ["response.output_text.done", "response.content_part.done", "response.output_item.done"]
+    assert types[-1] == f"response.{whole.status}"
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert deltas == events[-1].response.output_text == whole.output_text
+    seq = [e.sequence_number for e in events]
+    assert seq == sorted(set(seq))
+
+
+def test_responses_api_refuses_what_it_cannot_do(client):
+    with pytest.raises(openai.BadRequestError, match="previous_response_id"):
+        client.responses.create(model="smollm2", input="hi", previous_response_id="resp_1")
+
+
+def _json(url: str, body: dict | None = None) -> dict:
+    data = None if body is None else json.dumps(body).encode()
+    with urllib.request.urlopen(urllib.request.Request(url, data=data), timeout=60) as resp:
+        return json.loads(resp.read())
+
+
+def test_models_alias_apply_template_and_assistant_prefill(srv, client):
+    models = _json(srv.url + "/models")
+    assert models["data"][0]["id"] == "smollm2" and models["data"][0]["meta"]["n_vocab"] == 49152
+    messages = [{"role": "user", "content": "Name a fruit."}, {"role": "assistant", "content": "The fruit is"}]
+    prompt = _json(srv.url + "/apply-template", {"messages": messages})["prompt"]
+    assert prompt.endswith("<|im_start|>assistant\nThe fruit is")  # a prefill opens the turn and stops there
+    chat = client.chat.completions.create(model="smollm2", messages=messages, max_tokens=6, **GREEDY)
+    plain = client.completions.create(model="smollm2", prompt=prompt, max_tokens=6, **GREEDY)
+    assert chat.choices[0].message.content == plain.choices[0].text  # the assistant's text is continued
