@@ -37,13 +37,13 @@ def add_speculative_args(parser) -> None:
              help=f"comma list of drafters ({', '.join(NAMES)}), or 'none' to switch speculation off "
                   "(default: ngram-mod)")
     _draft_limits(g)
-    g.add_argument("--spec-ngram-mod-n-match", type=int, default=24, help="ngram-mod: tokens hashed per lookup")
-    g.add_argument("--spec-ngram-mod-n-min", type=int, default=48, help="ngram-mod: shortest draft")
-    g.add_argument("--spec-ngram-mod-n-max", type=int, default=64, help="ngram-mod: longest draft")
+    g.add_argument("--spec-ngram-mod-n-match", type=int, default=24, metavar="N", help="ngram-mod: tokens hashed per lookup")
+    g.add_argument("--spec-ngram-mod-n-min", type=int, default=48, metavar="N", help="ngram-mod: shortest draft")
+    g.add_argument("--spec-ngram-mod-n-max", type=int, default=64, metavar="N", help="ngram-mod: longest draft")
     for kind in ("simple", "map-k", "map-k4v"):
-        g.add_argument(f"--spec-ngram-{kind}-size-n", type=int, default=12, help=f"ngram-{kind}: n-gram (key) length")
-        g.add_argument(f"--spec-ngram-{kind}-size-m", type=int, default=48, help=f"ngram-{kind}: longest draft")
-        g.add_argument(f"--spec-ngram-{kind}-min-hits", type=int, default=1,
+        g.add_argument(f"--spec-ngram-{kind}-size-n", type=int, default=12, metavar="N", help=f"ngram-{kind}: n-gram (key) length")
+        g.add_argument(f"--spec-ngram-{kind}-size-m", type=int, default=48, metavar="N", help=f"ngram-{kind}: longest draft")
+        g.add_argument(f"--spec-ngram-{kind}-min-hits", type=int, default=1, metavar="N",
                        help=f"ngram-{kind}: key hits before drafting" + (" (used by map-k4v only)" if kind != "map-k4v" else ""))
     g.add_argument("-lcs", "--lookup-cache-static", default="", metavar="FNAME",
                    help="ngram-cache: static n-gram cache file (llama.cpp or msgpack format; never written)")
