@@ -161,10 +161,10 @@ def _response_fields(body: dict) -> list[str]:
     return value
 
 
-def _samplers(body: dict) -> tuple[str, ...] | None:
+def _samplers(body: dict, default: tuple[str, ...] | None) -> tuple[str, ...] | None:
     value = body.get("samplers")
     if value is None:
-        return None
+        return default
     try:
         return parse_samplers(value)
     except ValueError as exc:
@@ -172,37 +172,51 @@ def _samplers(body: dict) -> tuple[str, ...] | None:
 
 
 def parse_sampling(
-    body: dict, seed_default: int = DEFAULT_SEED, *, bounds: RequestBounds = RequestBounds()
+    body: dict, seed_default: int = DEFAULT_SEED, *, bounds: RequestBounds = RequestBounds(),
+    defaults: SamplingParams = SamplingParams(),
 ) -> SamplingParams:
+    """The sampling fields; a field the body leaves out takes its value from ``defaults``.
+
+    ``defaults`` are llama.cpp's own unless the server was started with sampling flags (``--temp``,
+    ``--top-k``, ...), as llama-server's command line sets the defaults of its requests. Their
+    ``seed`` is not used: ``seed_default`` stands for a request's -1.
+    """
     seed = _number(body, "seed", -1, int, lo=-1, hi=SEED_MAX)
-    repeat_penalty = _number(body, "repeat_penalty", 1.0, float)
+    repeat_penalty = _number(body, "repeat_penalty", defaults.repeat_penalty, float)
     if repeat_penalty <= 0:  # llama.cpp divides positive logits by it: 0 gives inf logits, then NaN probabilities
         raise BadRequest("'repeat_penalty' must be > 0")
-    repeat_last_n = _number(body, "repeat_last_n", 64, int, lo=-1, hi=bounds.n_ctx, note=" (the context size)")
+    repeat_last_n = _number(body, "repeat_last_n", defaults.repeat_last_n, int, lo=-1, hi=bounds.n_ctx,
+                            note=" (the context size)")
+    d = defaults
     return SamplingParams(
-        temperature=_number(body, "temperature", 0.8, float),
-        top_k=_number(body, "top_k", 40, int, lo=-1),  # <= 0: off (llama.cpp; vLLM-style clients send -1)
-        top_p=_number(body, "top_p", 0.95, float, lo=0.0, hi=1.0),
-        min_p=_number(body, "min_p", 0.05, float, lo=0.0, hi=1.0),
-        typical_p=_number(body, "typical_p", 1.0, float, lo=0.0, hi=1.0),
-        top_n_sigma=_number(body, "top_n_sigma", -1.0, float),
-        xtc_probability=_number(body, "xtc_probability", 0.0, float, lo=0.0, hi=1.0),
-        xtc_threshold=_number(body, "xtc_threshold", 0.1, float, lo=0.0, hi=1.0),
+        temperature=_number(body, "temperature", d.temperature, float),
+        top_k=_number(body, "top_k", d.top_k, int, lo=-1),  # <= 0: off (llama.cpp; vLLM-style clients send -1)
+        top_p=_number(body, "top_p", d.top_p, float, lo=0.0, hi=1.0),
+        min_p=_number(body, "min_p", d.min_p, float, lo=0.0, hi=1.0),
+        typical_p=_number(body, "typical_p", d.typical_p, float, lo=0.0, hi=1.0),
+        top_n_sigma=_number(body, "top_n_sigma", d.top_n_sigma, float),
+        xtc_probability=_number(body, "xtc_probability", d.xtc_probability, float, lo=0.0, hi=1.0),
+        xtc_threshold=_number(body, "xtc_threshold", d.xtc_threshold, float, lo=0.0, hi=1.0),
         # -1 means the whole context, as llama.cpp; resolved here so the sampler gets a concrete window
         # (passed as -1, llama.cpp's penalties sampler clamps it to 0 and silently drops the penalties).
-        repeat_last_n=bounds.n_ctx if repeat_last_n == -1 else repeat_last_n,
+        # A server default wider than this context is narrowed to it.
+        repeat_last_n=bounds.n_ctx if repeat_last_n == -1 else min(repeat_last_n, bounds.n_ctx),
         repeat_penalty=repeat_penalty,
-        presence_penalty=_number(body, "presence_penalty", 0.0, float),
-        frequency_penalty=_number(body, "frequency_penalty", 0.0, float),
+        presence_penalty=_number(body, "presence_penalty", d.presence_penalty, float),
+        frequency_penalty=_number(body, "frequency_penalty", d.frequency_penalty, float),
         seed=seed_default if seed == -1 else seed & 0xFFFFFFFF,
-        ignore_eos=_bool(body, "ignore_eos", False),
+        ignore_eos=_bool(body, "ignore_eos", d.ignore_eos),
         logit_bias=parse_logit_bias(body.get("logit_bias")),
-        samplers=_samplers(body),
+        samplers=_samplers(body, d.samplers),
     )
 
 
-def parse_spec(body: dict) -> DraftLimits | None:
-    """``speculative.*`` fields, flat dotted (``"speculative.n_max": 16``) or nested."""
+def parse_spec(body: dict, defaults: DraftLimits | None = None) -> DraftLimits | None:
+    """``speculative.*`` fields, flat dotted (``"speculative.n_max": 16``) or nested; None if there are none.
+
+    Fields left out take ``defaults`` (the server's ``--spec-draft-n-max``/``-n-min``/``-p-min``;
+    ``DraftLimits()`` when not given).
+    """
     nested = body.get("speculative")
     if nested is not None and not isinstance(nested, dict):
         raise BadRequest("'speculative' must be an object")
@@ -212,7 +226,7 @@ def parse_spec(body: dict) -> DraftLimits | None:
             values[key.split(".", 1)[1]] = value
     if not values:
         return None
-    defaults = DraftLimits()
+    defaults = defaults or DraftLimits()
     limits = DraftLimits(
         n_max=_number(values, "n_max", defaults.n_max, int, lo=0, hi=SPEC_N_MAX),
         n_min=_number(values, "n_min", defaults.n_min, int, lo=0, hi=SPEC_N_MAX),
@@ -235,7 +249,11 @@ def parse_completion(
     bounds: RequestBounds = RequestBounds(),
     n_keep_default: int = 0,
     n_cache_reuse_default: int = 0,
+    sampling_defaults: SamplingParams = SamplingParams(),
+    spec_defaults: DraftLimits | None = None,
 ) -> CompletionRequest:
+    """A completion body as typed values; fields it leaves out take the server's defaults (the
+    ``*_default(s)`` arguments, set from the command line), else llama.cpp's."""
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
     if "prompt" not in body:
@@ -245,7 +263,7 @@ def parse_completion(
     n_probs = _number(body, "n_probs", 0, int, lo=0)
     return CompletionRequest(
         prompt=parse_prompt(body["prompt"]),
-        sampling=parse_sampling(body, seed_default, bounds=bounds),
+        sampling=parse_sampling(body, seed_default, bounds=bounds, defaults=sampling_defaults),
         n_predict=n_predict,
         stream=_bool(body, "stream", False),
         stop=_stop(body),
@@ -262,7 +280,7 @@ def parse_completion(
         post_sampling_probs=_bool(body, "post_sampling_probs", False),
         return_progress=_bool(body, "return_progress", False),
         timings_per_token=_bool(body, "timings_per_token", False),
-        spec=parse_spec(body),
+        spec=parse_spec(body, spec_defaults),
         n_keep=_number(body, "n_keep", n_keep_default, int, lo=-1),
         n_discard=_number(body, "n_discard", 0, int, lo=0),
         n_cache_reuse=_number(body, "n_cache_reuse", n_cache_reuse_default, int, lo=0),

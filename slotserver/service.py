@@ -12,7 +12,6 @@ import asyncio
 from dataclasses import replace
 from functools import partial
 
-from slotserver.chain import DraftLimits
 from slotserver.config import ServerConfig
 from slotserver.errors import BadRequest, NotSupported, PromptTooLong
 from slotserver.infill import InfillBudget, infill_prompt, parse_infill
@@ -80,7 +79,8 @@ class CompletionService:
         """
         cfg = self.config
         req = parse_completion(body, cfg.n_predict, self.seed_default, bounds=self.bounds,
-                               n_keep_default=cfg.n_keep, n_cache_reuse_default=cfg.cache_reuse)
+                               n_keep_default=cfg.n_keep, n_cache_reuse_default=cfg.cache_reuse,
+                               sampling_defaults=cfg.sampling, spec_defaults=cfg.draft_limits)
         if logprobs is not None:
             req.token_probs = True
             req.n_probs = req.n_probs or logprobs
@@ -98,7 +98,7 @@ class CompletionService:
             req.sampling = replace(req.sampling, logit_bias=tuple(req.sampling.logit_bias) + bans)
         if len(prompt) >= self.n_ctx:
             raise PromptTooLong(len(prompt), self.n_ctx)
-        limits = req.spec if req.spec is not None else DraftLimits(n_max=self.config.spec.n_max)
+        limits = req.spec if req.spec is not None else cfg.draft_limits
         return Job(req, prompt, limits, TextStream(req.stop, req.n_indent))
 
     def prepare_chat(self, body: dict, logprobs: int | None = None) -> Job:

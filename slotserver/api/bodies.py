@@ -17,6 +17,7 @@ from aiohttp import web
 from slotserver.api import logprobs
 from slotserver.job import Event, Job, TokenProbs
 from slotserver.request import CompletionRequest
+from slotserver.sampling import SamplingParams
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,20 +56,28 @@ def pick_fields(body: dict, paths: list[str]) -> dict:
     return out
 
 
+def sampling_settings(s: SamplingParams) -> dict:
+    """Sampling parameters under llama-server's names: a request's, or the server's defaults (/props)."""
+    return dict(
+        temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p,
+        repeat_last_n=s.repeat_last_n, repeat_penalty=s.repeat_penalty,
+        presence_penalty=s.presence_penalty, frequency_penalty=s.frequency_penalty,
+        typical_p=s.typical_p, top_n_sigma=s.top_n_sigma, xtc_probability=s.xtc_probability,
+        xtc_threshold=s.xtc_threshold, ignore_eos=s.ignore_eos, samplers=list(s.order),
+    )
+
+
 def generation_settings(info: BodyInfo, req: CompletionRequest | None = None) -> dict:
     settings = {"n_ctx": info.n_ctx, "model": info.model}
     if req is not None:
         s = req.sampling
         settings.update(
-            temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, seed=s.seed,
-            repeat_last_n=s.repeat_last_n, repeat_penalty=s.repeat_penalty,
-            presence_penalty=s.presence_penalty, frequency_penalty=s.frequency_penalty,
-            typical_p=s.typical_p, top_n_sigma=s.top_n_sigma, xtc_probability=s.xtc_probability,
-            xtc_threshold=s.xtc_threshold, n_predict=req.n_predict, max_tokens=req.n_predict, n_keep=req.n_keep,
-            n_discard=req.n_discard, n_cache_reuse=req.n_cache_reuse, stop=req.stop, ignore_eos=s.ignore_eos,
+            sampling_settings(s), seed=s.seed,
+            n_predict=req.n_predict, max_tokens=req.n_predict, n_keep=req.n_keep,
+            n_discard=req.n_discard, n_cache_reuse=req.n_cache_reuse, stop=req.stop,
             logit_bias=[{"bias": bias if math.isfinite(bias) else None, "token": token}  # -inf: null, as llama-server
                         for token, bias in s.logit_bias],
-            samplers=list(s.order), n_probs=req.n_probs,
+            n_probs=req.n_probs,
         )
     return settings
 

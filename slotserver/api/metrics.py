@@ -192,7 +192,7 @@ async def metrics_handler(request: web.Request) -> web.Response:
     Not ``make_aiohttp_handler``: its content negotiation answers Prometheus (which asks for
     OpenMetrics first) with prometheus_client's OpenMetrics encoder, and that encoder (0.26)
     rewrites ``:`` to ``_`` in sample names but not in ``# HELP``/``# TYPE``, which breaks the
-    ``llamacpp:*`` names of ``--metrics-compat llamacpp``. The classic text format keeps them.
+    ``llamacpp:*`` names. The classic text format keeps them.
     """
     metrics = request.app[METRICS]
     response = web.Response(body=generate_latest(metrics.registry), headers={
@@ -202,18 +202,21 @@ async def metrics_handler(request: web.Request) -> web.Response:
 
 
 def setup_metrics(app: web.Application):
-    """One registry for this application: the stats collector(s) and the HTTP counter.
+    """One registry for this application with the families of ``--metrics-series``: slotserver's
+    (stats collector and HTTP counter) and llama-server's ``llamacpp:*`` (both by default).
 
     Returns the GET /metrics handler, which ``setup_routes`` registers with the other routes.
     """
     state = app[STATE]
+    series = state.config.metrics_series
     prometheus_client.disable_created_metrics()
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(StatsCollector(state))
-    if state.config.metrics_compat == "llamacpp":
+    if "slotserver" in series:
+        registry.register(StatsCollector(state))
+        http = Counter(P + "http_requests", "HTTP requests by route and outcome.", ["endpoint", "outcome"],
+                       registry=registry)
+        app.middlewares.insert(0, count_requests(http))
+    if "llamacpp" in series:
         registry.register(LlamaCppCollector(state))
-    http = Counter(P + "http_requests", "HTTP requests by route and outcome.", ["endpoint", "outcome"],
-                   registry=registry)
     app[METRICS] = Metrics(registry, time.time())
-    app.middlewares.insert(0, count_requests(http))
     return metrics_handler

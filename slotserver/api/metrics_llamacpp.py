@@ -1,4 +1,4 @@
-"""``--metrics-compat llamacpp``: llama-server's ``llamacpp:*`` series, so its dashboards work unchanged.
+"""llama-server's ``llamacpp:*`` series (exported by default), so its dashboards work unchanged.
 
 Same names, help texts and meanings as llama.cpp's ``server_task_result_metrics::to_metrics``
 (digest §5.11), computed from the same plain stats as ``metrics.py``. The colon breaks Prometheus'

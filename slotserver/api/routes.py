@@ -10,7 +10,7 @@ import asyncio
 from aiohttp import web
 
 from slotserver.api import oai
-from slotserver.api.bodies import json_response, native_body, native_events
+from slotserver.api.bodies import json_response, native_body, native_events, sampling_settings
 from slotserver.api.completion import Formatter, serve_job
 from slotserver.api.json_body import parse_json_body
 from slotserver.api.state import STATE
@@ -62,8 +62,10 @@ async def props(request: web.Request) -> web.Response:
         "default_generation_settings": {
             "n_ctx": runner.engine.n_ctx_slot,
             "params": {"n_predict": cfg.n_predict, "seed": cfg.seed, "cache_prompt": cfg.cache_prompt,
+                       **sampling_settings(cfg.sampling),
                        "speculative.types": ",".join(runner.chain.types) or "none",
-                       "speculative.n_max": cfg.spec.n_max},
+                       "speculative.n_max": cfg.draft_limits.n_max, "speculative.n_min": cfg.draft_n_min,
+                       "speculative.p_min": cfg.draft_p_min},
         },
         "total_slots": len(runner.slots),
         "model_alias": cfg.model_name,

@@ -4,6 +4,7 @@ that need real signals or a synchronous client."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -22,11 +23,18 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    def __init__(self, argv: list[str]) -> None:
+    """``env`` adds variables to this process's environment (PYTHONPATH included, so the child runs
+    the same slotserver); ``port_in_env`` passes the port as ``LLAMA_ARG_PORT`` instead of ``--port``."""
+
+    def __init__(self, argv: list[str], env: dict[str, str] | None = None, port_in_env: bool = False) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: a full pipe would block the server
-        self.proc = subprocess.Popen([sys.executable, "-m", "slotserver", "--port", str(self.port), *argv],
+        environ = {**os.environ, **(env or {})}
+        port = [] if port_in_env else ["--port", str(self.port)]
+        if port_in_env:
+            environ["LLAMA_ARG_PORT"] = str(self.port)
+        self.proc = subprocess.Popen([sys.executable, "-m", "slotserver", *port, *argv], env=environ,
                                      stdout=self.log, stderr=subprocess.STDOUT, text=True)
 
     def output(self) -> str:

@@ -1,4 +1,5 @@
-"""A live server with metrics on (and llama.cpp compatibility), shared by the metrics tests.
+"""A live server with metrics on (both families: slotserver_* and llama-server's llamacpp:*), shared
+by the metrics tests.
 
 Same pattern as the suite's ``LiveServer``: the real app and model in-process on a loopback port.
 """
@@ -28,12 +29,12 @@ class MetricsServer(LiveServer):
 
 @pytest.fixture(scope="session")
 async def metrics_server():
-    """2 slots over a 4k context, ngram-mod on, ``--metrics --metrics-compat llamacpp``.
+    """2 slots over a 4k context, ngram-mod on, ``--metrics`` (which exports llamacpp:* too).
 
     One decode thread: on a small, shared CI machine llama.cpp's thread barrier makes ``-t 2``
     several times slower than ``-t 1`` as soon as another process competes for a core.
     """
-    argv = ["-c", "4096", "-np", "2", "-t", "1", "--metrics", "--metrics-compat", "llamacpp"]
+    argv = ["-c", "4096", "-np", "2", "-t", "1", "--metrics"]
     srv = await MetricsServer(argv).start()
     yield srv
     await srv.stop()

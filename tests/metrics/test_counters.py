@@ -55,6 +55,8 @@ async def test_counters_follow_requests(metrics_server):
     assert d("llamacpp:spec_decode_num_accepted_tokens_per_pos_total") == n_accepted
     assert d("llamacpp:n_decode_total") == d("slotserver_decode_calls_total")
     assert d("llamacpp:prompt_tokens_cached_total") == sum(t["cache_n"] for t in timings)
+    assert d("llamacpp:prompt_tokens_total") == sum(t["prompt_n"] for t in timings)
+    assert d("llamacpp:spec_decode_num_drafts_total") == d("slotserver_spec_drafts_total", impl=IMPL)
     # gauges once idle
     assert value(after, "slotserver_requests_processing") == value(after, "llamacpp:requests_processing") == 0
     assert value(after, "slotserver_requests_waiting") == 0

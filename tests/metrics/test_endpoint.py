@@ -1,4 +1,4 @@
-"""GET /metrics wiring: 501 without --metrics, the exposition format, headers, flags and the compat names."""
+"""GET /metrics wiring: 501 without --metrics, the exposition format, headers, flags and llama-server's names."""
 
 from __future__ import annotations
 
@@ -33,11 +33,23 @@ async def modelless(*flags: str):
 def test_flags():
     args = build_parser().parse_args
     assert not config_from_args(args([])).metrics
-    assert config_from_args(args(["--metrics"])).metrics
-    compat = config_from_args(args(["--metrics-compat", "llamacpp"]))
-    assert compat.metrics and compat.metrics_compat == "llamacpp"
+    both = config_from_args(args(["--metrics"]))
+    assert both.metrics and both.metrics_series == ("slotserver", "llamacpp")  # llama-server's by default
+    compat = config_from_args(args(["--metrics-series", "slotserver", "--metrics-compat", "llamacpp"]))
+    assert compat.metrics and compat.metrics_series == ("slotserver", "llamacpp")
     with pytest.raises(SystemExit):
         args(["--metrics-compat", "vllm"])
+
+
+async def test_each_family_can_be_switched_off():
+    """While loading, only the HTTP counter has samples; its family goes with ``slotserver``."""
+    for series, has_http in (("llamacpp", False), ("slotserver", True)):
+        async with modelless("--metrics", "--metrics-series", series) as (http, url):
+            await http.get(url + "/health")
+            async with http.get(url + "/metrics") as resp:
+                assert resp.status == 200
+                samples = parse(await resp.text())
+        assert (total(samples, "slotserver_http_requests_total") > 0) == has_http, series
 
 
 async def test_disabled_is_501():
