@@ -211,6 +211,11 @@ class Engine:
         assert self.can_shift, "this model's KV cache cannot be shifted"
         lc.llama_memory_seq_add(self.memory, slot_id, p0, p1, delta)
 
+    def copy(self, src: int, dst: int, n: int) -> None:
+        """Let sequence ``dst`` use ``src``'s KV entries at positions [0, n); the unified cache shares
+        the cells (no copy, no extra room). ``dst`` must hold nothing at those positions."""
+        lc.llama_memory_seq_cp(self.memory, src, dst, 0, n)
+
     def remove(self, slot_id: int, p0: int, p1: int = -1) -> None:
         """Drop KV entries of ``slot_id`` at positions [p0, p1) (p1 = -1: to the end)."""
         ok = lc.llama_memory_seq_rm(self.memory, slot_id, p0, p1)

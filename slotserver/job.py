@@ -72,6 +72,7 @@ class Job:
     n_draft_accepted: int = 0
     t_queued: float = field(default_factory=time.perf_counter)
     t_created: float = field(default_factory=time.time)  # wall clock, for the APIs' "created" fields
+    parent: "Job | None" = None  # first choice of an n > 1 request: this job waits for its prompt, then shares its KV
     tenant: str = ""  # whose learned drafter state the job may use (an API key's id; see chains.py)
     t_deadline: float = float("inf")  # perf_counter time after which the engine ends the job (server --timeout)
     t_prompt_start: float = 0.0

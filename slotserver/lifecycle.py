@@ -30,8 +30,12 @@ class SlotLifecycle:
         self.stats = stats
         self.cache_prompt = cache_prompt
 
-    def start(self, slot: Slot, job: Job) -> None:
-        """Give ``job`` to the idle ``slot``: reuse the longest usable cached prefix, build the sampler."""
+    def start(self, slot: Slot, job: Job, share: Slot | None = None) -> None:
+        """Give ``job`` to the idle ``slot``: reuse the longest usable cached prefix, build the sampler.
+
+        ``share``: another slot holding this prompt (the first choice of an n > 1 request); its KV
+        entries are shared instead of decoding the prompt again.
+        """
         assert slot.is_idle and slot.sampler is None
         slot.job = job  # first: if anything below raises, ``release`` can still end the job
         slot.state = SlotState.PREFILL
@@ -39,6 +43,8 @@ class SlotLifecycle:
         n_keep = common_prefix(slot.cache, job.prompt) if use_cache else 0
         n_keep = min(n_keep, len(job.prompt) - 1)  # at least one token is evaluated
         n_keep = self.engine.reusable_prefix(slot.id, n_keep)
+        if share is not None and share is not slot:
+            n_keep = self._share(slot, share, job.prompt, n_keep)
         if use_cache and job.request.n_cache_reuse > 0 and self.engine.can_shift:
             n_keep = self._reuse_chunks(slot, job, n_keep)
         self.engine.remove(slot.id, n_keep)
@@ -51,6 +57,18 @@ class SlotLifecycle:
         job.t_prompt_start = time.perf_counter()
         self.stats.n_prompt_tokens_cached += n_keep
         self.stats.n_prompt_cache_hits += n_keep > 0
+
+    def _share(self, slot: Slot, source: Slot, prompt: list[int], n_own: int) -> int:
+        """Share ``source``'s KV entries of the prompt with ``slot`` if that covers more than the
+        slot's own ``n_own`` cached tokens; returns how many prompt tokens the slot now holds."""
+        n = min(common_prefix(source.cache, prompt), len(prompt) - 1)
+        n = self.engine.reusable_prefix(source.id, n)
+        if n <= n_own:
+            return n_own
+        self.engine.remove(slot.id, 0)
+        self.engine.copy(source.id, slot.id, n)
+        slot.cache[:] = prompt[:n]
+        return n
 
     def _reuse_chunks(self, slot: Slot, job: Job, n_keep: int) -> int:
         """``n_cache_reuse``: move cached runs found after the common prefix to where the new prompt

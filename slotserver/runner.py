@@ -228,6 +228,9 @@ class Runner:
         n_free = self._kv_free()
         while self.waiting:
             job = self.waiting.popleft()
+            if job.parent is not None and self._prompt_pending(job.parent):
+                still_waiting.append(job)  # another choice of the same request: it will share the prompt's KV
+                continue
             idle = [IdleSlot(s.id, s.cache, s.t_last_used) for s in self.slots if s.is_idle]
             slot_id = pick_slot(idle, job.prompt, job.request.id_slot, len(self.slots))
             if slot_id is None:
@@ -242,10 +245,20 @@ class Runner:
             n_free -= n_need
             slot = self.slots[slot_id]
             try:
-                self.lifecycle.start(slot, job)
+                self.lifecycle.start(slot, job, share=self._parent_slot(job))
             except Exception:
                 out += self._failed(slot, "starting the request")
         self.waiting = still_waiting
+
+    def _prompt_pending(self, parent: Job) -> bool:
+        """The parent choice's prompt is not in the KV cache yet (it waits, or its slot still prefills)."""
+        return parent in self.waiting or any(s.job is parent and s.state is SlotState.PREFILL for s in self.slots)
+
+    def _parent_slot(self, job: Job) -> Slot | None:
+        """The slot holding the prompt of ``job``'s first choice, if it still does."""
+        if job.parent is None or job.parent.id_slot < 0:
+            return None
+        return self.slots[job.parent.id_slot]
 
     def _collect_work(self, out: Outbox) -> tuple[list[DecodeWork], list[PrefillWork]]:
         decodes, prefills = [], []

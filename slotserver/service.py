@@ -66,6 +66,30 @@ class CompletionService:
         job = await asyncio.get_running_loop().run_in_executor(None, self.prepare_infill, body)
         return self._queue(job, tenant)
 
+    async def submit_choices(self, body: dict, n: int, *, chat: bool, tenant: str = "",
+                             logprobs: int | None = None) -> list[Job]:
+        """OpenAI's ``n``: one job per choice, all from one tokenized prompt. Choice i samples with
+        seed + i (as llama-server); the others wait for the first's prompt and share its KV cache."""
+        prepare = self.prepare_chat if chat else self.prepare
+        first = await asyncio.get_running_loop().run_in_executor(None, partial(prepare, body, logprobs))
+        jobs = [first] + [self._choice(first, i) for i in range(1, n)]
+        queued: list[Job] = []
+        try:
+            for job in jobs:
+                queued.append(self._queue(job, tenant))
+        except BaseException:
+            for job in queued:  # all or nothing: a full queue refuses the whole request
+                self.runner.cancel(job)
+            raise
+        return jobs
+
+    @staticmethod
+    def _choice(first: Job, i: int) -> Job:
+        req = first.request
+        seed = req.sampling.seed if req.sampling.seed == DEFAULT_SEED else (req.sampling.seed + i) & 0xFFFFFFFF
+        req = replace(req, sampling=replace(req.sampling, seed=seed))
+        return Job(req, first.prompt, first.limits, TextStream(req.stop, req.n_indent), parent=first)
+
     def _queue(self, job: Job, tenant: str) -> Job:
         job.tenant = tenant
         self.runner.submit(job)

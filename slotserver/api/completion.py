@@ -14,7 +14,7 @@ from typing import Awaitable, Callable
 
 from aiohttp import web
 
-from slotserver.api.bodies import BodyInfo, json_response
+from slotserver.api.bodies import BodyInfo, json_response, usage
 from slotserver.api.state import STATE, TENANT
 from slotserver.job import Event, Job
 from slotserver.service import CompletionService
@@ -85,5 +85,96 @@ async def _stream(request: web.Request, info: BodyInfo, job: Job, fmt: Formatter
         job.n_events_sent += 1
         if event.final:
             break
+    await resp.write_eof()
+    return resp
+
+
+async def serve_choices(request: web.Request, submit: Callable[[CompletionService, str], Awaitable[list[Job]]],
+                        fmt: Formatter) -> web.StreamResponse:
+    """OpenAI's ``n`` > 1: one job per choice, answered as one body (or one stream) whose choices
+    carry their index. Usage counts the prompt once and every choice's tokens."""
+    state = request.app[STATE]
+    service = state.ready_service()
+    jobs = await submit(service, request.get(TENANT, ""))
+    info = body_info(service)
+    finished: set[int] = set()
+    try:
+        if jobs[0].request.stream:
+            return await _stream_choices(request, info, jobs, fmt, state.config.limits.timeout_s, finished)
+        for i, job in enumerate(jobs):
+            while not (event := await job.events.get()).final:
+                pass
+            finished.add(i)
+            if event.error is not None:
+                raise event.error
+        return json_response(combine([fmt.body(info, job) for job in jobs], jobs))
+    finally:
+        for i, job in enumerate(jobs):
+            if i not in finished:
+                service.runner.cancel(job)
+
+
+def combine(bodies: list[dict], jobs: list[Job]) -> dict:
+    """One OpenAI body from the bodies of single choices."""
+    out = dict(bodies[0])
+    out["choices"] = [{**b["choices"][0], "index": i} for i, b in enumerate(bodies)]
+    if "usage" in out:
+        out["usage"] = choices_usage(jobs)
+    return out
+
+
+def choices_usage(jobs: list[Job]) -> dict:
+    """The request's usage: its prompt once (cached as the first choice found it), every choice's tokens."""
+    first = usage(jobs[0])
+    n_gen = sum(job.n_gen for job in jobs)
+    return {**first, "completion_tokens": n_gen, "total_tokens": first["prompt_tokens"] + n_gen}
+
+
+async def _stream_choices(request: web.Request, info: BodyInfo, jobs: list[Job], fmt: Formatter,
+                          write_timeout_s: float, finished: set[int]) -> web.StreamResponse:
+    """The choices' events as they come, each chunk's choices re-indexed; per-choice usage chunks
+    are held back and one usage chunk for the whole request ends the stream."""
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await resp.prepare(request)
+    merged: asyncio.Queue = asyncio.Queue()
+
+    async def pump(i: int, job: Job) -> None:
+        while True:
+            event = await job.events.get()
+            await merged.put((i, event))
+            if event.final:
+                return
+
+    pumps = [asyncio.ensure_future(pump(i, job)) for i, job in enumerate(jobs)]
+    usage_chunk = None
+    try:
+        while len(finished) < len(jobs):
+            i, event = await merged.get()
+            job = jobs[i]
+            if event.final:
+                finished.add(i)
+            if event.error is not None:
+                await asyncio.wait_for(resp.write(_sse(event.error.to_json())), write_timeout_s)
+                break
+            chunks = []
+            for body in fmt.events(info, job, event):
+                if not body.get("choices") and "usage" in body:
+                    usage_chunk = body
+                    continue
+                body["choices"] = [{**c, "index": i} for c in body["choices"]]
+                chunks.append(_sse(body))
+            job.n_events_sent += 1
+            if chunks:
+                await asyncio.wait_for(resp.write(b"".join(chunks)), write_timeout_s)
+        else:
+            tail = []
+            if usage_chunk is not None:
+                tail.append(_sse({**usage_chunk, "usage": choices_usage(jobs)}))
+            if fmt.done_marker:
+                tail.append(b"data: [DONE]\n\n")
+            await asyncio.wait_for(resp.write(b"".join(tail)), write_timeout_s)
+    finally:
+        for task in pumps:
+            task.cancel()
     await resp.write_eof()
     return resp

@@ -9,7 +9,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from slotserver.api.bodies import chat_body, chat_events, json_response, text_body, text_events
-from slotserver.api.completion import Formatter, serve_job
+from slotserver.api.completion import Formatter, serve_choices, serve_job
 from slotserver.api.json_body import parse_json_body
 from slotserver.api.oai_logprobs import chat_logprobs, text_logprobs
 from slotserver.api.responses import chat_request, response_body, response_events
@@ -21,24 +21,34 @@ CHAT = Formatter(chat_body, chat_events, done_marker=True)
 RESPONSES = Formatter(response_body, response_events, done_marker=False, named_events=True)
 
 
-def openai_body(raw: bytes) -> dict:
-    """The JSON body, with the OpenAI fields we cannot honour refused rather than ignored."""
-    body = parse_json_body(raw)
-    n = body.get("n", 1)
-    if n != 1 or isinstance(n, bool):
-        raise BadRequest("'n' must be 1: one choice per request is supported (send n requests instead)")
-    return body
+def choices(request: web.Request, body: dict) -> int:
+    """OpenAI's ``n`` (llama-server's ``n_cmpl``): 1 up to the slot count, as llama-server bounds it."""
+    n = body.get("n", body.get("n_cmpl", 1))
+    n_slots = len(request.app[STATE].ready().slots)
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= n_slots:
+        raise BadRequest(f"'n' must be an integer between 1 and {n_slots} (the server's slots)")
+    return n
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
-    body = openai_body(await request.read())
+    body = parse_json_body(await request.read())
     top = text_logprobs(body)
+    n = choices(request, body)
+    if n > 1:
+        return await serve_choices(
+            request, lambda service, tenant: service.submit_choices(body, n, chat=False, tenant=tenant,
+                                                                    logprobs=top), TEXT)
     return await serve_job(request, lambda service, tenant: service.submit(body, tenant=tenant, logprobs=top), TEXT)
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
-    body = openai_body(await request.read())
+    body = parse_json_body(await request.read())
     top = chat_logprobs(body)
+    n = choices(request, body)
+    if n > 1:
+        return await serve_choices(
+            request, lambda service, tenant: service.submit_choices(body, n, chat=True, tenant=tenant,
+                                                                    logprobs=top), CHAT)
     return await serve_job(request, lambda service, tenant: service.submit_chat(body, tenant=tenant, logprobs=top),
                            CHAT)
 

@@ -80,8 +80,8 @@ def test_stop_ends_the_text(client):
 
 
 def test_errors_reach_the_client_as_bad_requests(client):
-    with pytest.raises(openai.BadRequestError, match="'n' must be 1"):
-        client.chat.completions.create(model="smollm2", messages=HI, n=2)
+    with pytest.raises(openai.BadRequestError, match="'n' must be an integer between 1 and 2"):
+        client.chat.completions.create(model="smollm2", messages=HI, n=3)
     with pytest.raises(openai.BadRequestError, match="temperature"):
         client.completions.create(model="smollm2", prompt="x", temperature=-1e12)
     with pytest.raises(openai.BadRequestError, match="messages"):
@@ -172,3 +172,15 @@ def test_models_alias_apply_template_and_assistant_prefill(srv, client):
     chat = client.chat.completions.create(model="smollm2", messages=messages, max_tokens=6, **GREEDY)
     plain = client.completions.create(model="smollm2", prompt=prompt, max_tokens=6, **GREEDY)
     assert chat.choices[0].message.content == plain.choices[0].text  # the assistant's text is continued
+
+
+def test_n_choices_through_the_client(client):
+    """Structure only: which batch a choice's steps share changes its logits by rounding (test_oai.py
+    checks the texts on a prompt without near-ties)."""
+    out = client.chat.completions.create(model="smollm2", messages=HI, max_tokens=8, n=2, temperature=0.8, seed=3)
+    assert [c.index for c in out.choices] == [0, 1] and all(c.message.content for c in out.choices)
+    assert 2 <= out.usage.completion_tokens <= 16
+    chunks = list(client.chat.completions.create(model="smollm2", messages=HI, max_tokens=8, n=2, temperature=0.8,
+                                                 seed=3, stream=True))
+    texts = ["".join(c.delta.content or "" for ch in chunks for c in ch.choices if c.index == i) for i in (0, 1)]
+    assert all(texts) and {c.index for ch in chunks for c in ch.choices} == {0, 1}
