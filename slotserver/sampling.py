@@ -56,6 +56,7 @@ class SamplingParams:
     ignore_eos: bool = False  # the server turns it into a -inf logit bias on every end-of-generation token
     logit_bias: tuple = ()  # (token id, bias) pairs once resolved (text entries until then); -inf: never
     samplers: tuple[str, ...] | None = None  # the request's sampler order; None: llama.cpp's default
+    grammar: str = ""  # GBNF text every token must fit (from grammar, json_schema or response_format); "": none
 
     @property
     def order(self) -> tuple[str, ...]:
@@ -71,9 +72,10 @@ class SamplingParams:
         """Greedy with nothing that changes the ranking before the pick: the token is the raw argmax.
 
         top_k/top_p/min_p/typ_p/top_n_sigma always keep the most likely token, so they do not matter;
-        logit biases, penalties, infill and xtc (which drops top choices) do.
+        logit biases, penalties, infill and xtc (which drops top choices) do, and so does a grammar: its
+        token is the argmax only if the grammar allows it, which only the grammar's state can say.
         """
-        return self.is_greedy and not self.logit_bias and not self.reranking_samplers()
+        return self.is_greedy and not self.logit_bias and not self.grammar and not self.reranking_samplers()
 
     def reranking_samplers(self) -> tuple[str, ...]:
         """The active samplers before ``temperature`` that can change which token ranks first."""
