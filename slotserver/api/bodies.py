@@ -68,7 +68,7 @@ def generation_settings(info: BodyInfo, req: CompletionRequest | None = None) ->
             n_discard=req.n_discard, n_cache_reuse=req.n_cache_reuse, stop=req.stop, ignore_eos=s.ignore_eos,
             logit_bias=[{"bias": bias if math.isfinite(bias) else None, "token": token}  # -inf: null, as llama-server
                         for token, bias in s.logit_bias],
-            samplers=list(s.order), n_probs=req.n_probs,
+            samplers=list(s.order), n_probs=req.n_probs, grammar=s.grammar,
         )
     return settings
 
