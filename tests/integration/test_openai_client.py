@@ -1,5 +1,6 @@
 """The official ``openai`` Python client against our OpenAI endpoints, on SmolLM2-135M-Instruct
-(a chat model whose GGUF carries its chat template). Sync and async, streaming and not.
+(a chat model whose GGUF carries its chat template). Sync and async, streaming and not, and
+``response_format`` (structured output).
 
 The server runs in its own process: the sync client blocks, and must not block the server's loop.
 """
@@ -7,8 +8,10 @@ The server runs in its own process: the sync client blocks, and must not block t
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 
+import jsonschema
 import openai
 import pytest
 
@@ -128,3 +131,15 @@ def test_post_sampling_probs_come_out_as_logprobs(client):
 def test_invalid_top_logprobs_is_a_bad_request(client):
     with pytest.raises(openai.BadRequestError, match="top_logprobs"):
         client.chat.completions.create(model="smollm2", messages=HI, logprobs=True, top_logprobs=21)
+
+
+def test_response_format_json_schema_gives_an_object_the_schema_validates(client):
+    schema = {"type": "object", "properties": {"colours": {"type": "array", "items": {"type": "string", "maxLength": 12},
+                                                           "minItems": 3, "maxItems": 3}},
+              "required": ["colours"], "additionalProperties": False}
+    out = client.chat.completions.create(model="smollm2", messages=HI, max_tokens=128, response_format={
+        "type": "json_schema", "json_schema": {"name": "colours", "strict": True, "schema": schema}}, **GREEDY)
+    assert out.choices[0].finish_reason == "stop"
+    jsonschema.validate(json.loads(out.choices[0].message.content), schema)
+    with pytest.raises(openai.BadRequestError, match="response_format"):
+        client.chat.completions.create(model="smollm2", messages=HI, response_format={"type": "yaml"})
