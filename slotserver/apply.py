@@ -3,7 +3,9 @@
 Verification is sample-and-compare with the slot's own sampler chain (llama.cpp's
 ``common_sampler_sample_and_accept_n``): at each draft position the target samples exactly as it
 would without speculation and the draft token is kept only if it equals the sample. The sampler's
-RNG advances once per emitted token, so output is the same at any temperature.
+RNG advances once per emitted token (twice where a grammar rejected the first pick, in both cases),
+so output is the same at any temperature. A grammar advances only by sampled tokens, so a rejected
+draft token never reaches it (``grammar_sampler``).
 
 Each method returns the events it produced (``Outbox``); the runner delivers them.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 import time
 
 from slotserver.engine import Engine
+from slotserver.grammar_sampler import NO_TOKEN
 from slotserver.job import Event, Job, Outbox
 from slotserver.lifecycle import SlotLifecycle
 from slotserver.scheduler import BatchEntry
@@ -92,14 +95,19 @@ class Applier:
 
         Post-sampling probabilities need the candidates the sampler chain leaves, so that path
         samples through the chain by hand (``Engine.sample_post``); it picks the very same token.
+        NO_TOKEN when the slot's grammar allows nothing the chain leaves (nothing recorded then).
         """
         req = slot.job.request
         if req.records_probs and req.post_sampling_probs:
-            probs = self.engine.sample_post(slot.sampler, row, req.n_probs, req.sampling.is_greedy)
+            probs = self.engine.sample_post(slot.sampler, row, req.n_probs, req.sampling.is_greedy, slot.grammar,
+                                            req.sampling.picks_argmax)
+            if probs is None:
+                return NO_TOKEN
             slot.job.probs.append(probs)
             return probs.token
-        token = argmax if argmax is not None else self.engine.sample(slot.sampler, row)
-        if req.records_probs:
+        token = argmax if argmax is not None else self.engine.sample(slot.sampler, row, slot.grammar,
+                                                                     req.sampling.picks_argmax)
+        if req.records_probs and token != NO_TOKEN:
             slot.job.probs.append(self.engine.top_logprobs(row, req.n_probs, token))
         return token
 
@@ -110,6 +118,8 @@ class Applier:
         vocab = self.engine.vocab
         n_ctx = self.engine.n_ctx_slot
         for token in tokens:
+            if token == NO_TOKEN:  # the grammar cannot go on (complete, its end tokens banned): it ends here
+                return [self.lifecycle.release(slot, "eos")]
             if job.t_last_token and job.n_gen:
                 self.stats.inter_token_s.observe(now - job.t_last_token)
             job.generated.append(token)

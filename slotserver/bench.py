@@ -1,6 +1,7 @@
 """Benchmark a running server on our workloads: tokens/s, drafts and acceptance per workload.
 
     python -m slotserver.bench --url http://127.0.0.1:8080 [--workloads PATH] [--types none,ngram-mod]
+    python -m slotserver.bench --url http://127.0.0.1:8080 --json-schema  # constrained output instead
 
 The workloads ship with the package (``slotserver/workloads.json``); the test suite uses them too.
 
@@ -29,6 +30,8 @@ def load_workloads(path: str | Path = DEFAULT_WORKLOADS) -> list[dict]:
 async def complete(http: aiohttp.ClientSession, url: str, wl: dict, spec: str) -> dict:
     body = {"prompt": wl["prompt"], "n_predict": wl["n_predict"], "temperature": 0.0,
             "cache_prompt": False, "speculative.type": spec}
+    if "json_schema" in wl:
+        body["json_schema"] = wl["json_schema"]
     async with http.post(url + "/completion", json=body) as resp:
         out = await resp.json()
         if resp.status != 200:
@@ -36,10 +39,28 @@ async def complete(http: aiohttp.ClientSession, url: str, wl: dict, spec: str) -
         return out
 
 
+# --json-schema: an array of eight objects with the same keys, the repetitive structured output that
+# n-gram drafters should speed up under a grammar too.
+CHORES_SCHEMA = {
+    "type": "array", "minItems": 8, "maxItems": 8,
+    "items": {"type": "object", "required": ["task", "done", "priority", "owner"], "properties": {
+        "task": {"type": "string", "maxLength": 24}, "done": {"type": "boolean"},
+        "priority": {"enum": ["low", "medium", "high"]}, "owner": {"type": "string", "maxLength": 12}}},
+}
+JSON_WORKLOADS = [
+    {"name": "chores", "draftability": "high", "prompt": "Eight chores for the team, as JSON:\n", "n_predict": 400,
+     "json_schema": CHORES_SCHEMA},
+    {"name": "todos", "draftability": "medium", "prompt": "A todo list as JSON:\n", "n_predict": 400,
+     "json_schema": CHORES_SCHEMA},
+]
+
+
 async def per_workload(http, url: str, workloads: list[dict], types: list[str], repeats: int) -> None:
-    print(f"{'workload':<12} {'draft':<6} " + " ".join(f"{t + ' t/s':>15} {'draft_n':>7} {'acc%':>5}" for t in types))
+    ratio = f" {types[-1] + '/' + types[0]:>7}" if len(types) > 1 else ""
+    print(f"{'workload':<12} {'draft':<6} " + " ".join(f"{t + ' t/s':>15} {'draft_n':>7} {'acc%':>5}" for t in types)
+          + ratio)
     for wl in workloads:
-        cells = []
+        cells, rates = [], []
         for spec in types:
             best = None
             for _ in range(repeats):
@@ -49,7 +70,9 @@ async def per_workload(http, url: str, workloads: list[dict], types: list[str], 
             t = best["timings"]
             n, acc = t.get("draft_n", 0), t.get("draft_n_accepted", 0)
             cells.append(f"{t['predicted_per_second']:>15.1f} {n:>7} {100 * acc / n if n else 0:>5.0f}")
-        print(f"{wl['name']:<12} {wl['draftability']:<6} " + " ".join(cells), flush=True)
+            rates.append(t["predicted_per_second"])
+        ratio = f" {rates[-1] / rates[0]:>6.2f}x" if len(rates) > 1 else ""
+        print(f"{wl['name']:<12} {wl['draftability']:<6} " + " ".join(cells) + ratio, flush=True)
 
 
 async def concurrency(http, url: str, workloads: list[dict], n: int, spec: str) -> None:
@@ -66,7 +89,7 @@ async def concurrency(http, url: str, workloads: list[dict], n: int, spec: str) 
 
 
 async def main_async(args) -> None:
-    workloads = load_workloads(args.workloads)
+    workloads = JSON_WORKLOADS if args.json_schema else load_workloads(args.workloads)
     if args.only:
         workloads = [w for w in workloads if w["name"] in args.only.split(",")]
     timeout = aiohttp.ClientTimeout(total=3600)
@@ -86,6 +109,8 @@ def main() -> None:
     p.add_argument("--only", default="", help="comma list of workload names")
     p.add_argument("--repeats", type=int, default=1, help="runs per cell; the fastest is reported")
     p.add_argument("--concurrency", type=int, default=4, help="parallel streams to compare with one (0: skip)")
+    p.add_argument("--json-schema", action="store_true",
+                   help="run repetitive JSON-schema-constrained tasks instead of the workloads")
     asyncio.run(main_async(p.parse_args()))
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import llama_cpp as lc
 import numpy as np
 
+from slotserver.grammar_sampler import NO_TOKEN, GrammarSampler
 from slotserver.job import TokenProbs
 from slotserver.post_sampling import CandidateSampler
 from slotserver.scheduler import BatchPlan, reusable_prefix
@@ -59,6 +60,7 @@ class Engine:
             raise RuntimeError(f"could not load model {config.model_path}")
         self.vocab = Vocab(self.model)
         self.candidates = CandidateSampler(self.vocab.n_tokens)
+        self.constrained = GrammarSampler(self.candidates)
         self.n_ctx_train = lc.llama_model_n_ctx_train(self.model)
         self.n_swa = lc.llama_model_n_swa(self.model)  # sliding-window attention span, 0 = none
         self.n_embd = lc.llama_model_n_embd(self.model)
@@ -141,9 +143,13 @@ class Engine:
         logits = np.ctypeslib.as_array(ptr, shape=(self._n_outputs, self.vocab.n_tokens))
         return logits[first : last + 1].argmax(axis=1).tolist()
 
-    def sample(self, sampler, row: int) -> int:
-        """Sample (and accept into the sampler) the token at output ``row`` of the last decode."""
-        return lc.llama_sampler_sample(sampler, self.ctx, row)
+    def sample(self, sampler, row: int, grammar=None, argmax: bool = False) -> int:
+        """Sample (and accept into the sampler, and the grammar if any) the token at output ``row`` of
+        the last decode; NO_TOKEN if the grammar allows nothing the chain leaves. ``argmax``: the
+        chain picks the argmax (``SamplingParams.picks_argmax``), which a grammar can find faster."""
+        if grammar is None:
+            return lc.llama_sampler_sample(sampler, self.ctx, row)
+        return self.constrained.sample(sampler, grammar, self._logits_view(row), argmax)
 
     def _logits_view(self, row: int) -> np.ndarray:
         """The logits at output ``row`` of the last decode, read in place (valid until the next decode)."""
@@ -153,9 +159,17 @@ class Engine:
     def logits(self, row: int) -> np.ndarray:
         return self._logits_view(row).copy()
 
-    def sample_post(self, sampler, row: int, n: int, greedy: bool) -> TokenProbs:
-        """Sample (and accept) at ``row`` as ``sample`` does, keeping the post-sampling probabilities."""
-        token, p, top = self.candidates.sample(sampler, self._logits_view(row), n, greedy)
+    def sample_post(self, sampler, row: int, n: int, greedy: bool, grammar=None,
+                    argmax: bool = False) -> TokenProbs | None:
+        """Sample (and accept) at ``row`` as ``sample`` does, keeping the post-sampling probabilities
+        (None where ``sample`` gives NO_TOKEN)."""
+        if grammar is None:
+            token, p, top = self.candidates.sample(sampler, self._logits_view(row), n, greedy)
+            return TokenProbs(token, p, tuple(top))
+        token = self.constrained.sample(sampler, grammar, self._logits_view(row), argmax)
+        if token == NO_TOKEN:
+            return None
+        p, top = self.candidates.probs(token, n, greedy)
         return TokenProbs(token, p, tuple(top))
 
     def top_logprobs(self, row: int, n: int, token: int) -> TokenProbs:

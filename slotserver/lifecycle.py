@@ -1,8 +1,9 @@
 """A slot's lifecycle: start a job on it (prefix reuse, sampler) and release it (final event, idle).
 
 The only code that gives a slot a job or takes it away, so the rules live in one place: a started
-slot holds a sampler chain and pending prompt tokens; a released slot holds neither, and keeps the
-tokens whose KV entries it still has (for prefix reuse by a later request). Engine thread only.
+slot holds a sampler chain (and a grammar sampler if the request has a grammar) and pending prompt
+tokens; a released slot holds none of them, and keeps the tokens whose KV entries it still has (for
+prefix reuse by a later request). Engine thread only.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import time
 from slotserver.chains import ChainSet
 from slotserver.engine import Engine
 from slotserver.errors import ServerError
+from slotserver.grammar_sampler import new_grammar
 from slotserver.job import Event, Job
 from slotserver.kv_moves import plan_chunk_reuse, plan_context_shift
 from slotserver.sampler_chain import free_sampler, make_sampler
@@ -36,7 +38,7 @@ class SlotLifecycle:
         ``share``: another slot holding this prompt (the first choice of an n > 1 request); its KV
         entries are shared instead of decoding the prompt again.
         """
-        assert slot.is_idle and slot.sampler is None
+        assert slot.is_idle and slot.sampler is None and slot.grammar is None
         slot.job = job  # first: if anything below raises, ``release`` can still end the job
         slot.state = SlotState.PREFILL
         use_cache = self.cache_prompt and job.request.cache_prompt
@@ -50,7 +52,10 @@ class SlotLifecycle:
         self.engine.remove(slot.id, n_keep)
         del slot.cache[n_keep:]
         slot.pending = job.prompt[n_keep:]
-        slot.sampler = make_sampler(job.request.sampling, self.engine.vocab.ptr, self.engine.vocab.n_tokens, job.prompt)
+        sampling = job.request.sampling
+        slot.sampler = make_sampler(sampling, self.engine.vocab.ptr, self.engine.vocab.n_tokens, job.prompt)
+        if sampling.grammar:
+            slot.grammar = new_grammar(self.engine.vocab.ptr, sampling.grammar)
         slot.chain = self.chains.for_tenant(job.tenant)
         job.id_slot = slot.id
         job.n_cached = n_keep
@@ -117,7 +122,9 @@ class SlotLifecycle:
         event = Event(True, job.text.take(final=True), tokens, error, probs=probs)
         if slot.sampler is not None:
             free_sampler(slot.sampler)
-        slot.sampler = None
+        if slot.grammar is not None:
+            free_sampler(slot.grammar)
+        slot.sampler = slot.grammar = None
         slot.chain = None
         slot.job = None
         slot.pending = []

@@ -34,30 +34,48 @@ class CandidateSampler:
         self._ptr = self._buf.ctypes.data_as(lc.llama_token_data_p)
         self._array = lc.llama_token_data_array(data=self._ptr, size=n_vocab, selected=-1, sorted=False)
 
-    def sample(self, sampler, logits: np.ndarray, n: int, greedy: bool) -> tuple[int, float, list[tuple[int, float]]]:
-        """Sample and accept a token from ``logits``; returns (token, its probability, top ``n`` (id, p)).
-
-        The top list holds the candidates left with p > 0, most likely first (ties in the order the
-        chain left them), as llama-server lists them. A greedy chain leaves one candidate with p = 1: llama.cpp's
-        greedy sampler only selects, and llama-server's temperature <= 0 keeps the argmax alone.
-        """
+    def load(self, logits: np.ndarray) -> None:
+        """Fill the array from ``logits``: ids in order, p = 0, unsorted, nothing selected."""
         buf = self._buf
         buf["id"] = self._ids
         buf["logit"] = logits
         buf["p"] = 0.0
         arr = self._array
         arr.data, arr.size, arr.selected, arr.sorted = self._ptr, self.n_vocab, -1, False
-        lc.llama_sampler_apply(sampler, ctypes.byref(arr))
-        assert 0 <= arr.selected < arr.size, "the sampler chain selected no token"
+
+    def apply(self, sampler) -> None:
+        """Run ``sampler`` (a chain, or a grammar) over the loaded candidates, in place."""
+        lc.llama_sampler_apply(sampler, ctypes.byref(self._array))
         # Every llama.cpp sampler filters and sorts in place; were one to point ``data`` elsewhere, the
         # candidates could not be read safely, and this request (alone) fails rather than misreport.
-        assert ctypes.cast(arr.data, ctypes.c_void_p).value == self._buf.ctypes.data, "sampler moved the candidates"
-        cand = self._buf[: arr.size]
-        token = int(cand["id"][arr.selected])
-        lc.llama_sampler_accept(sampler, token)
+        assert ctypes.cast(self._array.data, ctypes.c_void_p).value == self._buf.ctypes.data, \
+            "sampler moved the candidates"
+
+    def selected(self) -> int:
+        """The token the last chain applied picked."""
+        arr = self._array
+        assert 0 <= arr.selected < arr.size, "the sampler chain selected no token"
+        return int(self._buf["id"][arr.selected])
+
+    def probs(self, token: int, n: int, greedy: bool) -> tuple[float, list[tuple[int, float]]]:
+        """The selected ``token``'s probability and the top ``n`` (id, p) the candidates hold.
+
+        The top list holds the candidates left with p > 0, most likely first (ties in the order the
+        chain left them), as llama-server lists them. A greedy chain leaves one candidate with p = 1: llama.cpp's
+        greedy sampler only selects, and llama-server's temperature <= 0 keeps the argmax alone.
+        """
         if greedy:
-            return token, 1.0, [(token, 1.0)][:n]
-        return token, float(cand["p"][arr.selected]), top_candidates(cand["id"], cand["p"], n)
+            return 1.0, [(token, 1.0)][:n]
+        cand = self._buf[: self._array.size]
+        return float(cand["p"][self._array.selected]), top_candidates(cand["id"], cand["p"], n)
+
+    def sample(self, sampler, logits: np.ndarray, n: int, greedy: bool) -> tuple[int, float, list[tuple[int, float]]]:
+        """Sample and accept a token from ``logits``; returns (token, its probability, top ``n`` (id, p))."""
+        self.load(logits)
+        self.apply(sampler)
+        token = self.selected()
+        lc.llama_sampler_accept(sampler, token)
+        return token, *self.probs(token, n, greedy)
 
 
 def top_candidates(ids: np.ndarray, ps: np.ndarray, n: int) -> list[tuple[int, float]]:

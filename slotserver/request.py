@@ -13,6 +13,7 @@ from typing import Any
 from slotserver.chain import DraftLimits
 from slotserver.drafter_types import parse_types
 from slotserver.errors import BadRequest
+from slotserver.grammar import Constraint, parse_constraint
 from slotserver.logit_bias import parse_logit_bias
 from slotserver.sampling import DEFAULT_SEED, SamplingParams, parse_samplers
 
@@ -68,6 +69,7 @@ class CompletionRequest:
     n_keep: int = 0  # context shift keeps this many prompt tokens (-1: the whole prompt)
     n_discard: int = 0  # tokens a context shift drops (0: half of those after n_keep)
     n_cache_reuse: int = 0  # reuse cached chunks of at least this many tokens by shifting their KV (0: off)
+    constraint: Constraint | None = None  # grammar / json_schema / response_format, as sent (compiled in prepare)
 
     @property
     def records_probs(self) -> bool:
@@ -284,4 +286,5 @@ def parse_completion(
         n_keep=_number(body, "n_keep", n_keep_default, int, lo=-1),
         n_discard=_number(body, "n_discard", 0, int, lo=0),
         n_cache_reuse=_number(body, "n_cache_reuse", n_cache_reuse_default, int, lo=0),
+        constraint=parse_constraint(body),
     )

@@ -56,6 +56,7 @@ class SamplingParams:
     ignore_eos: bool = False  # the server turns it into a -inf logit bias on every end-of-generation token
     logit_bias: tuple = ()  # (token id, bias) pairs once resolved (text entries until then); -inf: never
     samplers: tuple[str, ...] | None = None  # the request's sampler order; None: llama.cpp's default
+    grammar: str = ""  # GBNF text every token must fit (from grammar, json_schema or response_format); "": none
 
     @property
     def order(self) -> tuple[str, ...]:
@@ -67,13 +68,20 @@ class SamplingParams:
         return self.temperature <= 0.0 and "temperature" in self.order
 
     @property
-    def is_plain_greedy(self) -> bool:
-        """Greedy with nothing that changes the ranking before the pick: the token is the raw argmax.
+    def picks_argmax(self) -> bool:
+        """Greedy with nothing in the chain that changes the ranking before the pick: the chain's token
+        is the argmax of the logits it is given.
 
         top_k/top_p/min_p/typ_p/top_n_sigma always keep the most likely token, so they do not matter;
         logit biases, penalties, infill and xtc (which drops top choices) do.
         """
         return self.is_greedy and not self.logit_bias and not self.reranking_samplers()
+
+    @property
+    def is_plain_greedy(self) -> bool:
+        """The token is the raw argmax: no grammar either (its token is the best one the grammar allows,
+        which only the grammar's state can say)."""
+        return self.picks_argmax and not self.grammar
 
     def reranking_samplers(self) -> tuple[str, ...]:
         """The active samplers before ``temperature`` that can change which token ranks first."""

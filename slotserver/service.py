@@ -14,6 +14,7 @@ from functools import partial
 
 from slotserver.config import ServerConfig
 from slotserver.errors import BadRequest, NotSupported, PromptTooLong
+from slotserver.grammar_compile import check_gbnf, to_gbnf
 from slotserver.infill import InfillBudget, infill_prompt, parse_infill
 from slotserver.job import Job
 from slotserver.limits import MAX_PROMPT_CHARS_PER_TOKEN
@@ -122,6 +123,10 @@ class CompletionService:
             req.sampling = replace(req.sampling, logit_bias=tuple(req.sampling.logit_bias) + bans)
         if len(prompt) >= self.n_ctx:
             raise PromptTooLong(len(prompt), self.n_ctx)
+        if req.constraint is not None:  # a bad grammar is a 400 here, never an error in the engine step
+            grammar = to_gbnf(req.constraint)
+            check_gbnf(self.vocab.ptr, grammar, req.constraint.field)
+            req.sampling = replace(req.sampling, grammar=grammar)
         limits = req.spec if req.spec is not None else cfg.draft_limits
         return Job(req, prompt, limits, TextStream(req.stop, req.n_indent))
 

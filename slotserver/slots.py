@@ -22,6 +22,7 @@ class Slot:
     state: SlotState = SlotState.IDLE
     job: Job | None = None
     sampler: object = None  # llama sampler chain of the current job (engine-owned pointer)
+    grammar: object = None  # llama grammar sampler of the current job, if it has a grammar (engine-owned pointer)
     chain: DraftChain | None = None  # draft chain of the current job (see chains.py)
     pending: list[int] = field(default_factory=list)  # prompt tokens not yet decoded
     sampled: int = -1  # last sampled token, emitted but not yet decoded

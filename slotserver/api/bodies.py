@@ -77,7 +77,7 @@ def generation_settings(info: BodyInfo, req: CompletionRequest | None = None) ->
             n_discard=req.n_discard, n_cache_reuse=req.n_cache_reuse, stop=req.stop,
             logit_bias=[{"bias": bias if math.isfinite(bias) else None, "token": token}  # -inf: null, as llama-server
                         for token, bias in s.logit_bias],
-            n_probs=req.n_probs,
+            n_probs=req.n_probs, grammar=s.grammar,
         )
     return settings
 

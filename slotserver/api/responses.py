@@ -2,8 +2,8 @@
 
 A response is a chat completion underneath: ``instructions`` and ``input`` become chat messages,
 ``max_output_tokens`` the length, and native fields pass through as on the chat endpoint. Only
-text in and text out: tools, ``previous_response_id`` (we store nothing) and non-text input parts
-are refused with a 400 rather than ignored.
+text in and text out (``text.format`` may constrain it to JSON, as ``response_format``): tools,
+``previous_response_id`` (we store nothing) and non-text input parts are refused with a 400.
 
 Streams send OpenAI's typed events (``event: <type>`` then ``data: {..., "type", "sequence_number"}``):
 ``response.created``, ``response.in_progress``, ``response.output_item.added``,
@@ -48,10 +48,19 @@ def chat_request(body: Any) -> dict:
     out["messages"] = messages
     if body.get("max_output_tokens") is not None:
         out["max_tokens"] = body["max_output_tokens"]
-    fmt = (body.get("text") or {}).get("format") if isinstance(body.get("text"), dict) else None
-    if fmt is not None and (not isinstance(fmt, dict) or fmt.get("type") != "text"):
-        raise BadRequest("'text.format' other than {\"type\": \"text\"} is not supported on /v1/responses yet")
+    fmt = body["text"].get("format") if isinstance(body.get("text"), dict) else None
+    if fmt is not None:
+        out["response_format"] = _response_format(fmt)
     return out
+
+
+def _response_format(fmt: Any) -> dict:
+    """``text.format`` of the Responses API as the chat endpoint's ``response_format``."""
+    if not isinstance(fmt, dict) or fmt.get("type") not in ("text", "json_object", "json_schema"):
+        raise BadRequest("'text.format' must be an object with 'type' text, json_object or json_schema")
+    if fmt["type"] == "json_schema":  # the Responses API puts the schema beside the type
+        return {"type": "json_schema", "json_schema": {"name": fmt.get("name", "output"), "schema": fmt.get("schema")}}
+    return {"type": fmt["type"]}
 
 
 def _input_messages(value: Any) -> list[dict]:

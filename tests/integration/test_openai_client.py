@@ -1,5 +1,6 @@
 """The official ``openai`` Python client against our OpenAI endpoints, on SmolLM2-135M-Instruct
-(a chat model whose GGUF carries its chat template). Sync and async, streaming and not.
+(a chat model whose GGUF carries its chat template). Sync and async, streaming and not, and
+``response_format`` (structured output).
 
 The server runs in its own process: the sync client blocks, and must not block the server's loop.
 """
@@ -11,6 +12,7 @@ import json
 import os
 import urllib.request
 
+import jsonschema
 import openai
 import pytest
 
@@ -184,3 +186,26 @@ def test_n_choices_through_the_client(client):
                                                  seed=3, stream=True))
     texts = ["".join(c.delta.content or "" for ch in chunks for c in ch.choices if c.index == i) for i in (0, 1)]
     assert all(texts) and {c.index for ch in chunks for c in ch.choices} == {0, 1}
+
+
+def test_response_format_json_schema_gives_an_object_the_schema_validates(client):
+    schema = {"type": "object", "properties": {"colours": {"type": "array", "items": {"type": "string", "maxLength": 12},
+                                                           "minItems": 3, "maxItems": 3}},
+              "required": ["colours"], "additionalProperties": False}
+    out = client.chat.completions.create(model="smollm2", messages=HI, max_tokens=128, response_format={
+        "type": "json_schema", "json_schema": {"name": "colours", "strict": True, "schema": schema}}, **GREEDY)
+    assert out.choices[0].finish_reason == "stop"
+    jsonschema.validate(json.loads(out.choices[0].message.content), schema)
+    with pytest.raises(openai.BadRequestError, match="response_format"):
+        client.chat.completions.create(model="smollm2", messages=HI, response_format={"type": "yaml"})
+
+
+def test_responses_text_format_constrains_the_output_to_the_schema(client):
+    schema = {"type": "object", "properties": {"colours": {"type": "array", "items": {"type": "string", "maxLength": 12},
+                                                           "minItems": 3, "maxItems": 3}},
+              "required": ["colours"], "additionalProperties": False}
+    out = client.responses.create(model="smollm2", input="Name three colours.", max_output_tokens=128,
+                                  temperature=0.0, text={"format": {"type": "json_schema", "name": "colours",
+                                                                    "schema": schema, "strict": True}})
+    assert out.status == "completed"
+    jsonschema.validate(json.loads(out.output_text), schema)
