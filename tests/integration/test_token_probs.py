@@ -111,7 +111,7 @@ async def test_return_progress_reports_each_prompt_chunk_before_the_first_token(
     reused = await stream(server, {**body, "id_slot": 2})  # reuses the previous request's cache
     [cached] = [c["prompt_progress"] for c in reused if "prompt_progress" in c]
     assert cached == {**cached, "total": total, "cache": total - 1, "processed": total}
-    quiet = await stream(server, {**body, "return_progress": False})
+    quiet = await stream(server, {**body, "id_slot": 2, "return_progress": False})  # cached: only the switch differs
     assert not any("prompt_progress" in c for c in quiet)
 
 
