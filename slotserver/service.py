@@ -131,12 +131,15 @@ class CompletionService:
         return Job(req, prompt, limits, TextStream(req.stop, req.n_indent))
 
     def prepare_chat(self, body: dict, logprobs: int | None = None) -> Job:
+        return self.prepare({**body, "prompt": self.render_chat(body)}, logprobs)
+
+    def render_chat(self, body: dict) -> str:
+        """The prompt of a chat request's ``messages`` (any thread: a pure function of the template)."""
         messages = parse_messages(body.get("messages"))
         try:
-            prompt = self.runner.engine.chat_prompt(messages)
+            return self.runner.engine.chat_prompt(messages)
         except ValueError as exc:
             raise BadRequest(str(exc)) from None
-        return self.prepare({**body, "prompt": prompt}, logprobs)
 
     def prepare_infill(self, body: dict) -> Job:
         fim = self.vocab.fim

@@ -8,9 +8,10 @@ longer than the server's ``--timeout``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from dataclasses import dataclass
-from typing import Awaitable, Callable
+from typing import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 
@@ -58,6 +59,12 @@ async def serve_job(request: web.Request, submit: Callable[[CompletionService, s
             service.runner.cancel(job)
 
 
+async def _open_sse(request: web.Request) -> web.StreamResponse:
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await resp.prepare(request)
+    return resp
+
+
 def _sse(body, named: bool = False) -> bytes:
     head = f"event: {body['type']}\n".encode() if named else b""
     return head + b"data: " + json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
@@ -67,8 +74,7 @@ async def _stream(request: web.Request, info: BodyInfo, job: Job, fmt: Formatter
                   write_timeout_s: float) -> web.StreamResponse:
     """Write the job's events as SSE; a write that cannot finish in ``write_timeout_s`` (the client
     stopped reading) raises TimeoutError, and the caller cancels the job."""
-    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-    await resp.prepare(request)
+    resp = await _open_sse(request)
 
     async def write(data: bytes) -> None:
         await asyncio.wait_for(resp.write(data), write_timeout_s)
@@ -130,51 +136,54 @@ def choices_usage(jobs: list[Job]) -> dict:
     return {**first, "completion_tokens": n_gen, "total_tokens": first["prompt_tokens"] + n_gen}
 
 
+async def _merged(jobs: list[Job]) -> AsyncIterator[tuple[int, Event]]:
+    """Every job's events as they come, with the job's index, until each job's final event."""
+    merged: asyncio.Queue = asyncio.Queue()
+
+    async def pump(i: int, job: Job) -> None:
+        while not (event := await job.events.get()).final:
+            await merged.put((i, event))
+        await merged.put((i, event))
+
+    pumps = [asyncio.ensure_future(pump(i, job)) for i, job in enumerate(jobs)]
+    try:
+        while True:  # the consumer stops once it has every final event
+            yield await merged.get()
+    finally:
+        for task in pumps:
+            task.cancel()
+
+
 async def _stream_choices(request: web.Request, info: BodyInfo, jobs: list[Job], fmt: Formatter,
                           write_timeout_s: float, finished: set[int]) -> web.StreamResponse:
     """The choices' events as they come, each chunk's choices re-indexed; per-choice usage chunks
     are held back and one usage chunk for the whole request ends the stream."""
-    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-    await resp.prepare(request)
-    merged: asyncio.Queue = asyncio.Queue()
+    resp = await _open_sse(request)
 
-    async def pump(i: int, job: Job) -> None:
-        while True:
-            event = await job.events.get()
-            await merged.put((i, event))
-            if event.final:
-                return
+    async def write(chunks: list[bytes]) -> None:
+        if chunks:
+            await asyncio.wait_for(resp.write(b"".join(chunks)), write_timeout_s)
 
-    pumps = [asyncio.ensure_future(pump(i, job)) for i, job in enumerate(jobs)]
     usage_chunk = None
-    try:
-        while len(finished) < len(jobs):
-            i, event = await merged.get()
-            job = jobs[i]
+    async with contextlib.aclosing(_merged(jobs)) as events:  # its pumps stop with the stream
+        async for i, event in events:
             if event.final:
                 finished.add(i)
             if event.error is not None:
-                await asyncio.wait_for(resp.write(_sse(event.error.to_json())), write_timeout_s)
+                await write([_sse(event.error.to_json())])
                 break
             chunks = []
-            for body in fmt.events(info, job, event):
+            for body in fmt.events(info, jobs[i], event):
                 if not body.get("choices") and "usage" in body:
                     usage_chunk = body
                     continue
                 body["choices"] = [{**c, "index": i} for c in body["choices"]]
                 chunks.append(_sse(body))
-            job.n_events_sent += 1
-            if chunks:
-                await asyncio.wait_for(resp.write(b"".join(chunks)), write_timeout_s)
-        else:
-            tail = []
-            if usage_chunk is not None:
-                tail.append(_sse({**usage_chunk, "usage": choices_usage(jobs)}))
-            if fmt.done_marker:
-                tail.append(b"data: [DONE]\n\n")
-            await asyncio.wait_for(resp.write(b"".join(tail)), write_timeout_s)
-    finally:
-        for task in pumps:
-            task.cancel()
+            jobs[i].n_events_sent += 1
+            await write(chunks)
+            if len(finished) == len(jobs):
+                tail = [_sse({**usage_chunk, "usage": choices_usage(jobs)})] if usage_chunk is not None else []
+                await write(tail + ([b"data: [DONE]\n\n"] if fmt.done_marker else []))
+                break
     await resp.write_eof()
     return resp

@@ -32,25 +32,27 @@ def choices(request: web.Request, body: dict) -> int:
 
 async def completions(request: web.Request) -> web.StreamResponse:
     body = parse_json_body(await request.read())
-    top = text_logprobs(body)
-    n = choices(request, body)
-    if n > 1:
-        return await serve_choices(
-            request, lambda service, tenant: service.submit_choices(body, n, chat=False, tenant=tenant,
-                                                                    logprobs=top), TEXT)
-    return await serve_job(request, lambda service, tenant: service.submit(body, tenant=tenant, logprobs=top), TEXT)
+    return await _serve(request, body, text_logprobs(body), chat=False)
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     body = parse_json_body(await request.read())
-    top = chat_logprobs(body)
+    return await _serve(request, body, chat_logprobs(body), chat=True)
+
+
+async def _serve(request: web.Request, body: dict, top: int | None, *, chat: bool) -> web.StreamResponse:
+    """One job, or one per choice when ``n`` > 1; text or chat shapes."""
+    fmt = CHAT if chat else TEXT
     n = choices(request, body)
     if n > 1:
-        return await serve_choices(
-            request, lambda service, tenant: service.submit_choices(body, n, chat=True, tenant=tenant,
-                                                                    logprobs=top), CHAT)
-    return await serve_job(request, lambda service, tenant: service.submit_chat(body, tenant=tenant, logprobs=top),
-                           CHAT)
+        return await serve_choices(request, lambda service, tenant: service.submit_choices(
+            body, n, chat=chat, tenant=tenant, logprobs=top), fmt)
+
+    async def submit(service, tenant: str):
+        one = service.submit_chat if chat else service.submit
+        return await one(body, tenant=tenant, logprobs=top)
+
+    return await serve_job(request, submit, fmt)
 
 
 async def responses(request: web.Request) -> web.StreamResponse:

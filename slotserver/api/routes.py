@@ -15,7 +15,6 @@ from slotserver.api.completion import Formatter, serve_job
 from slotserver.api.json_body import parse_json_body
 from slotserver.api.state import STATE
 from slotserver.errors import BadRequest, NotSupported, Unavailable
-from slotserver.service import parse_messages
 from slotserver.slot_files import ACTIONS, SlotFiles, check_filename
 
 NATIVE = Formatter(native_body, native_events, done_marker=False)
@@ -39,12 +38,7 @@ async def apply_template(request: web.Request) -> web.Response:
     """llama-server's /apply-template: the prompt a chat request would generate from, not generated."""
     service = request.app[STATE].ready_service()
     body = await read_json(request)
-    messages = parse_messages(body.get("messages"))
-    try:
-        # a pure function of the model's template (service.prepare_chat renders off the engine thread too)
-        prompt = await asyncio.get_running_loop().run_in_executor(None, service.runner.engine.chat_prompt, messages)
-    except ValueError as exc:
-        raise BadRequest(str(exc)) from None
+    prompt = await asyncio.get_running_loop().run_in_executor(None, service.render_chat, body)
     return json_response({"prompt": prompt})
 
 
