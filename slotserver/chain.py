@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from ngram.protocol import Drafter
-from slotserver.drafter_types import BY_NAME, RANK
+from slotserver.drafter_types import BY_NAME, DRAFT_MODEL, RANK
 from slotserver.stats import DrafterStats
 
 if TYPE_CHECKING:  # annotations only: the chain stays importable without llama.cpp
@@ -71,25 +71,32 @@ class DraftLimits:
 
 
 class DraftChain:
-    """Owned by the engine thread, like the drafters it holds."""
+    """Owned by the engine thread, like the drafters it holds.
+
+    ``model``: the draft model (``draft-simple``) comes last in precedence. It drafts for many slots
+    at once, so the runner runs it (``model_budget`` says whether and how far a slot may ask it,
+    ``adopt`` hands its draft back); its wins, failures and back-off are counted here like any drafter's.
+    """
 
     def __init__(self, drafters: Sequence[tuple[str, Drafter]], *,
-                 stats: dict[str, DrafterStats] | None = None) -> None:
+                 stats: dict[str, DrafterStats] | None = None, model: bool = False) -> None:
         self.drafters = sorted(drafters, key=lambda td: RANK[td[0]])  # (type name, drafter), precedence order
+        self.model = model
         # Several chains (one per API key, or per request) may count into one shared stats dict.
         self.stats = stats if stats is not None else {}
-        for name, _ in self.drafters:
+        for name in self.types:
             self.stats.setdefault(name, DrafterStats())
         self._last: dict[int, str | None] = {}  # slot -> type name of the last draft's winner
         self._backoff: dict[tuple[int, str], Backoff] = {}
 
     @classmethod
     def from_spec(cls, spec: SpecConfig, *, stats: dict[str, DrafterStats] | None = None) -> DraftChain:
-        return cls([(name, BY_NAME[name].make(spec)) for name in spec.types], stats=stats)
+        drafters = [(name, BY_NAME[name].make(spec)) for name in spec.types if name != DRAFT_MODEL]
+        return cls(drafters, stats=stats, model=DRAFT_MODEL in spec.types)
 
     @property
     def types(self) -> list[str]:
-        return [t for t, _ in self.drafters]
+        return [t for t, _ in self.drafters] + ([DRAFT_MODEL] if self.model else [])
 
     def begin(self, slot: int, prompt: Sequence[int]) -> None:
         self._last[slot] = None
@@ -100,6 +107,9 @@ class DraftChain:
             d.begin(slot, prompt)
             st.t_begin_s.observe(time.perf_counter() - t0)
             st.n_call_begin += 1
+        if self.model:
+            self._backoff[(slot, DRAFT_MODEL)] = Backoff()
+            self.stats[DRAFT_MODEL].n_call_begin += 1
 
     def draft(self, slot: int, history: Sequence[int], last_token: int, limits: DraftLimits) -> list[int]:
         self._last[slot] = None
@@ -126,6 +136,35 @@ class DraftChain:
             self._last[slot] = name
             return tokens
         return []
+
+    def uses_model(self, limits: DraftLimits) -> bool:
+        """Whether a request with ``limits`` may draft with the draft model at all."""
+        return self.model and limits.n_max > 0 and (limits.types is None or DRAFT_MODEL in limits.types)
+
+    def model_budget(self, slot: int, limits: DraftLimits) -> int:
+        """How long a draft the draft model may make for ``slot`` now (0: not at all), after the
+        drafters above had none. Call after ``draft``."""
+        if not self.uses_model(limits):
+            return 0
+        backoff = self._backoff.setdefault((slot, DRAFT_MODEL), Backoff())
+        if backoff.n_skip > 0:
+            backoff.n_skip -= 1
+            self.stats[DRAFT_MODEL].n_skipped += 1
+            return 0
+        return min(limits.n_max, max(backoff.cap, limits.n_min))
+
+    def model_called(self, seconds: float) -> None:
+        """The draft model drafted for every asking slot in one call (llama.cpp counts one call for all)."""
+        st = self.stats[DRAFT_MODEL]
+        st.n_call_draft += 1
+        st.t_draft_s.observe(seconds)
+
+    def adopt(self, slot: int, tokens: list[int], limits: DraftLimits) -> list[int]:
+        """The draft model's draft for ``slot``: kept (and ``slot``'s winner noted) unless shorter than n_min."""
+        if not tokens or len(tokens) < limits.n_min:
+            return []
+        self._last[slot] = DRAFT_MODEL
+        return tokens[: limits.n_max]
 
     def accept(self, slot: int, n_verified: int, n_accepted: int) -> None:
         """The slot's last draft was verified: ``n_verified`` of its tokens went into the batch

@@ -21,7 +21,7 @@ from slotserver.api.app import create_app
 from slotserver.api.security import load_api_keys, parse_cors_origins
 from slotserver.api.shutdown import drain
 from slotserver.config import ServerConfig, SpecConfig
-from slotserver.drafter_types import parse_types
+from slotserver.drafter_types import DRAFT_MODEL, parse_types
 from slotserver.engine import EngineConfig
 from slotserver.flags.common import IGNORED as COMMON_IGNORED
 from slotserver.flags.common import add_common_args
@@ -34,13 +34,15 @@ from slotserver.flags.server import add_server_args
 from slotserver.flags.speculative import IGNORED as SPEC_IGNORED
 from slotserver.flags.speculative import MIB, add_speculative_args
 from slotserver.limits import LimitsConfig
+from slotserver.model_drafter import DraftModelConfig
 from slotserver.models import default_model_path
 from slotserver.persist import StartupFileError
 
 
-def parse_spec_types(values: list[str] | None) -> tuple[str, ...]:
+def parse_spec_types(values: list[str] | None, draft_model: str = "") -> tuple[str, ...]:
+    """--spec-type; unnamed: ngram-mod, and draft-simple after it when a draft model is given."""
     if not values:
-        return ("ngram-mod",)
+        return ("ngram-mod", DRAFT_MODEL) if draft_model else ("ngram-mod",)
     try:
         return parse_types(",".join(values), field="--spec-type")
     except ValueError as exc:
@@ -80,7 +82,10 @@ def parse_args(argv: list[str] | None = None, environ: Mapping[str, str] = os.en
 def startup_warnings(args: argparse.Namespace) -> list[str]:
     """Lines to log once the server starts: ignored flags, and overridden variables."""
     specs = COMMON_IGNORED + SPEC_IGNORED + SERVER_IGNORED
-    return ignored_warnings(args, specs) + list(getattr(args, "env_notes", []))
+    lines = ignored_warnings(args, specs)
+    if args.model_draft and DRAFT_MODEL not in parse_spec_types(args.spec_type, args.model_draft):
+        lines.append(f"-md {args.model_draft} is not loaded: --spec-type does not name {DRAFT_MODEL}")
+    return lines + list(getattr(args, "env_notes", []))
 
 
 def metrics_series(args: argparse.Namespace) -> tuple[str, ...]:
@@ -126,8 +131,13 @@ def spec_config(args: argparse.Namespace) -> SpecConfig:
         get = lambda name: getattr(args, f"spec_ngram_{kind}_{name}")  # noqa: E731
         return NgramMapConfig(get("size_n"), get("size_m"), get("min_hits"))
 
+    types = parse_spec_types(args.spec_type, args.model_draft)
+    draft = DraftModelConfig(
+        path=args.model_draft if DRAFT_MODEL in types else "", n_ctx=args.ctx_size_draft,
+        n_threads=args.threads_draft, n_max=16 if args.draft_n_max == -1 else args.draft_n_max,
+        when=args.spec_draft_when)
     return SpecConfig(
-        types=parse_spec_types(args.spec_type),
+        types=types, draft=draft,
         ngram_mod=NgramModConfig(args.spec_ngram_mod_n_match, args.spec_ngram_mod_n_min, args.spec_ngram_mod_n_max),
         ngram_simple=map_config("simple"),
         ngram_map_k=map_config("map_k"),

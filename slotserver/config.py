@@ -10,9 +10,10 @@ from ngram.map_state import NgramMapConfig
 from ngram.mod import NgramModConfig
 from slotserver.chain import DraftLimits
 from slotserver.chains import SCOPES
-from slotserver.drafter_types import BY_NAME
+from slotserver.drafter_types import BY_NAME, DRAFT_MODEL, RANK
 from slotserver.engine import EngineConfig
 from slotserver.limits import LimitsConfig
+from slotserver.model_drafter import DraftModelConfig
 from slotserver.request import SPEC_N_MAX
 from slotserver.sampling import SamplingParams
 
@@ -34,18 +35,26 @@ class SpecConfig:
     mod_file: str = ""  # --spec-ngram-mod-file: persistent ngram-mod pool
     ignore_bad_files: bool = False  # start with empty structures when a file cannot be read
     save_interval_s: float = 300.0  # how often learned structures are saved (and at shutdown)
+    draft: DraftModelConfig = field(default_factory=DraftModelConfig)  # the draft model (draft-simple)
 
     def __post_init__(self) -> None:
         for t in self.types:
-            if t not in BY_NAME:
+            if t not in RANK:
                 raise ValueError(f"unknown speculative type: {t}")
+        if DRAFT_MODEL in self.types and not self.draft.path:
+            raise ValueError(f"--spec-type {DRAFT_MODEL} needs a draft model (-md FNAME)")
         if self.lookup_format not in ("llamacpp", "msgpack"):
             raise ValueError(f"unknown lookup cache format: {self.lookup_format}")
 
     @property
     def n_max(self) -> int:
         """Longest draft any configured drafter may propose."""
-        return max((BY_NAME[t].max_draft(BY_NAME[t].config(self)) for t in self.types), default=0)
+        return max((self.draft.n_max if t == DRAFT_MODEL else BY_NAME[t].max_draft(BY_NAME[t].config(self))
+                    for t in self.types), default=0)
+
+    @property
+    def uses_draft_model(self) -> bool:
+        return DRAFT_MODEL in self.types
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@ Everything that names drafters derives from ``DRAFTER_TYPES``: the precedence of
 (table order, llama.cpp's ``ngram-simple > ngram-map-k > ngram-map-k4v > ngram-mod > ngram-cache``),
 the ``--spec-type`` choices, request validation of ``speculative.type``, the ``impl`` label of the
 metrics and statistics lines, ``ngram_tool stats`` and the drafter micro-benchmark. A drafter has
-exactly one name: its type name.
+exactly one name: its type name. The draft model (``draft-simple``) follows them in precedence.
 """
 
 from __future__ import annotations
@@ -47,8 +47,13 @@ DRAFTER_TYPES: tuple[DrafterType, ...] = (
     DrafterType("ngram-cache", NgramCacheDrafter, "ngram_cache", NgramCacheConfig, lambda c: c.n_draft),
 )
 NAMES: tuple[str, ...] = tuple(t.name for t in DRAFTER_TYPES)
-RANK: dict[str, int] = {name: i for i, name in enumerate(NAMES)}
 BY_NAME: dict[str, DrafterType] = {t.name: t for t in DRAFTER_TYPES}
+# The draft-model drafter (slotserver/model_drafter.py): last in precedence, as llama.cpp's draft-simple,
+# so it only drafts for slots no n-gram drafter had a draft for. It needs -md and runs batched over
+# slots, so it is not in the table of per-slot drafters above.
+DRAFT_MODEL = "draft-simple"
+SPEC_TYPES: tuple[str, ...] = (*NAMES, DRAFT_MODEL)  # every --spec-type / speculative.type name
+RANK: dict[str, int] = {name: i for i, name in enumerate(SPEC_TYPES)}
 
 
 def parse_types(value: str | list, *, field: str) -> tuple[str, ...]:
@@ -64,7 +69,7 @@ def parse_types(value: str | list, *, field: str) -> tuple[str, ...]:
         name = raw.strip()
         if not name or name == "none":
             continue
-        if name not in BY_NAME:
-            raise ValueError(f"unknown speculative type: {name} (known: none, {', '.join(NAMES)})")
+        if name not in RANK:
+            raise ValueError(f"unknown speculative type: {name} (known: none, {', '.join(SPEC_TYPES)})")
         out.append(name)
     return tuple(dict.fromkeys(out))

@@ -143,6 +143,17 @@ class Engine:
         logits = np.ctypeslib.as_array(ptr, shape=(self._n_outputs, self.vocab.n_tokens))
         return logits[first : last + 1].argmax(axis=1).tolist()
 
+    def top1(self, rows: list[int]) -> tuple[list[int], list[float]]:
+        """Most likely token and its softmax probability at consecutive output ``rows`` (a draft model's pick)."""
+        first, last = int(self._out_index[rows[0]]), int(self._out_index[rows[-1]])
+        assert last - first == len(rows) - 1, "rows must be consecutive outputs"
+        ptr = lc.llama_get_logits(self.ctx)
+        logits = np.ctypeslib.as_array(ptr, shape=(self._n_outputs, self.vocab.n_tokens))[first : last + 1]
+        best = logits.argmax(axis=1)
+        top = logits[np.arange(len(rows)), best]
+        p = 1.0 / np.exp(logits - top[:, None]).sum(axis=1)
+        return best.tolist(), p.tolist()
+
     def sample(self, sampler, row: int, grammar=None, argmax: bool = False) -> int:
         """Sample (and accept into the sampler, and the grammar if any) the token at output ``row`` of
         the last decode; NO_TOKEN if the grammar allows nothing the chain leaves. ``argmax``: the

@@ -39,8 +39,10 @@ from slotserver.errors import DeadlineExceeded, EngineStopped, GenerationFailed,
 from slotserver.job import Event, Job, Outbox
 from slotserver.lifecycle import SlotLifecycle
 from slotserver.limits import KV_RESERVE, MAX_UNREAD_EVENTS, LimitsConfig
+from slotserver.drafting import Drafting
+from slotserver.model_drafter import ModelDrafter
 from slotserver.persist import Persistence
-from slotserver.scheduler import BatchPlan, DecodeWork, IdleSlot, PrefillWork, draft_budget, pick_slot, plan_batch
+from slotserver.scheduler import BatchPlan, DecodeWork, IdleSlot, PrefillWork, pick_slot, plan_batch
 from slotserver.slots import Slot, SlotState
 from slotserver.stats import ServerStats
 
@@ -55,9 +57,11 @@ class Runner:
         self, engine: Engine, chain: DraftChain, *, n_parallel: int, cache_prompt: bool = True,
         stats: ServerStats | None = None, persistence: Persistence | None = None,
         on_fatal: Callable[[str], None] | None = None, limits: LimitsConfig = LimitsConfig(),
-        chains: ChainSet | None = None, context_shift: bool = False,
+        chains: ChainSet | None = None, context_shift: bool = False, model_drafter: ModelDrafter | None = None,
     ) -> None:
         self.engine = engine
+        self.model_drafter = model_drafter  # the draft model, if configured (engine thread only)
+        self.drafting = Drafting(engine, chain, model_drafter)
         self.limits = limits
         self.chain = chain  # the shared chain: metrics, /props and persistence read it
         self.chains = chains or ChainSet(chain)
@@ -261,20 +265,23 @@ class Runner:
         return self.slots[job.parent.id_slot]
 
     def _collect_work(self, out: Outbox) -> tuple[list[DecodeWork], list[PrefillWork]]:
-        decodes, prefills = [], []
+        """Each generating slot's sampled token and draft; each prefilling slot's pending prompt."""
+        decodes, prefills, generating = [], [], []
         for slot in self.slots:
             if slot.state is SlotState.GENERATING and len(slot.cache) + 1 >= self.engine.n_ctx_slot:
                 out += self._full(slot)
             if slot.state is SlotState.GENERATING:
                 try:
-                    draft = self._draft(slot)
+                    draft = self.drafting.for_slot(slot)
                 except Exception:
                     out += self._failed(slot, "drafting")
                     continue
-                decodes.append(DecodeWork(slot.id, len(slot.cache), slot.sampled, draft))
-        for slot in sorted(self.slots, key=lambda s: s.job.t_queued if s.job else 0.0):
-            if slot.state is SlotState.PREFILL:
-                prefills.append(PrefillWork(slot.id, len(slot.cache), slot.pending))
+                work = DecodeWork(slot.id, len(slot.cache), slot.sampled, draft)
+                decodes.append(work)
+                generating.append((slot, work))
+        prefilling = sorted((s for s in self.slots if s.state is SlotState.PREFILL), key=lambda s: s.job.t_queued)
+        prefills = [PrefillWork(s.id, len(s.cache), s.pending) for s in prefilling]
+        self.drafting.with_model(generating, prefilling)
         return decodes, prefills
 
     def _full(self, slot: Slot) -> Outbox:
@@ -286,13 +293,6 @@ class Runner:
             return self._failed(slot, "shifting the context")
         slot.job.is_truncated = True
         return [self.lifecycle.release(slot, "limit")]
-
-    def _draft(self, slot: Slot) -> list[int]:
-        job = slot.job
-        n_max = draft_budget(self.engine.n_ctx_slot, len(slot.cache), job.n_remaining, job.limits.n_max)
-        if n_max <= 0 or not slot.chain.drafters:
-            return []
-        return slot.chain.draft(slot.id, slot.cache, slot.sampled, replace(job.limits, n_max=n_max))
 
     def _failed(self, slot: Slot, what: str) -> Outbox:
         """Called in an ``except``: one slot's work raised; end that request alone."""

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 
 # Bucket upper bounds (seconds) shared by the duration histograms.
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
-DRAFT_CALL_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 5e-2)
+# Up to 50 ms for n-gram drafters, beyond for a draft model's calls (several decodes each).
+DRAFT_CALL_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.25, 0.5, 1.0)
 TOKENS_PER_DECODE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
 
 

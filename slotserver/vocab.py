@@ -32,6 +32,8 @@ class Vocab:
         self.bos = lc.llama_vocab_bos(self.ptr)
         self.eos = lc.llama_vocab_eos(self.ptr)
         self.add_bos = bool(lc.llama_vocab_get_add_bos(self.ptr))
+        self.add_eos = bool(lc.llama_vocab_get_add_eos(self.ptr))
+        self.vocab_type = int(lc.llama_vocab_type(self.ptr))
         self.fim = FimTokens(*(f(self.ptr) for f in (lc.llama_vocab_fim_pre, lc.llama_vocab_fim_suf,
                                                      lc.llama_vocab_fim_mid, lc.llama_vocab_fim_rep,
                                                      lc.llama_vocab_fim_sep)))
@@ -64,6 +66,10 @@ class Vocab:
 
     def detokenize(self, tokens: list[int], special: bool = True) -> str:
         return b"".join(self.piece(t, special) for t in tokens).decode("utf-8", errors="replace")
+
+    def text(self, token: int) -> bytes:
+        """The token's text as stored in the vocabulary (what llama.cpp's vocabulary check compares)."""
+        return lc.llama_vocab_get_text(self.ptr, token) or b""
 
     def is_eog(self, token: int) -> bool:
         out = self._eog.get(token)

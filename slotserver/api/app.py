@@ -23,8 +23,9 @@ from slotserver.api.state import STATE, State
 from slotserver.chain import DraftChain
 from slotserver.chains import ChainSet
 from slotserver.config import ServerConfig
-from slotserver.engine import Engine
+from slotserver.engine import Engine, EngineConfig
 from slotserver.fingerprint import vocab_info
+from slotserver.model_drafter import ModelDrafter, calibrate
 from slotserver.persist import Persistence
 from slotserver.runner import Runner
 from slotserver.service import CompletionService
@@ -49,6 +50,9 @@ def _engine_ctx(on_fatal: Callable[[str], None]):
         async def load_and_run() -> None:
             try:
                 engine = await loop.run_in_executor(None, Engine, config.engine)
+                model_drafter = None
+                if config.spec.uses_draft_model:
+                    model_drafter = await loop.run_in_executor(None, _load_draft_model, config, engine)
             except Exception as exc:
                 state.load_error = f"could not load the model: {exc}"
                 log.error(state.load_error)
@@ -58,7 +62,7 @@ def _engine_ctx(on_fatal: Callable[[str], None]):
             chains = ChainSet(chain, scope=config.spec_learning, spec=config.spec)
             runner = Runner(engine, chain, n_parallel=config.engine.n_parallel, cache_prompt=config.cache_prompt,
                             stats=stats, persistence=persistence, on_fatal=on_fatal, limits=config.limits,
-                            chains=chains, context_shift=config.context_shift)
+                            chains=chains, context_shift=config.context_shift, model_drafter=model_drafter)
             state.runner, state.service = runner, CompletionService(config, runner)
             log.info("model loaded: %s, n_ctx %d (%d per slot%s), %d slots, speculation: %s",
                      engine.description, engine.n_ctx, engine.n_ctx_slot,
@@ -76,9 +80,38 @@ def _engine_ctx(on_fatal: Callable[[str], None]):
             await state.runner.on_engine_thread(persistence.save)  # waits for a write in flight, then writes
             state.runner.close()
             state.runner.engine.close()
+            if state.runner.model_drafter is not None:
+                state.runner.model_drafter.engine.close()
         persistence.close()  # stops the writer thread
 
     return engine_ctx
+
+
+def _load_draft_model(config: ServerConfig, target: Engine) -> ModelDrafter:
+    """The draft model's own context (one sequence per slot, the target's batch sizes), its vocabulary
+    checked against the target's, and its cost measured against the target's (docs/drafters.md)."""
+    dc = config.spec.draft
+    t = config.engine
+    engine = Engine(EngineConfig(model_path=dc.path, n_ctx=dc.n_ctx or target.n_ctx, n_parallel=t.n_parallel,
+                                 n_batch=t.n_batch, n_ubatch=t.n_ubatch, n_threads=dc.n_threads or target.n_threads,
+                                 kv_unified=True))
+    try:
+        costs = calibrate(target, engine)
+        drafter = ModelDrafter(engine, target.vocab, dc, costs)
+    except Exception:
+        engine.close()
+        raise
+    if drafter.mismatch:
+        log.info("draft model %s: vocabulary differs from the target's (%s): drafts are bridged through text",
+                 engine.description, drafter.mismatch)
+    else:
+        log.info("draft model %s: same vocabulary as the target: token ids are shared", engine.description)
+    log.info("draft model costs: target step %.1f ms (+%.1f ms per verified row), draft step %.1f ms: c = %.2f; "
+             "a draft token pays above acceptance %.2f (1 slot)%s", costs.t_target_s * 1e3, costs.t_row_s * 1e3,
+             costs.t_draft_s * 1e3, costs.c, costs.threshold(1, 1),
+             "" if dc.when == "always" or drafter.can_pay(1) else
+             ": never here, so the draft model is not run (--spec-draft-when always runs it)")
+    return drafter
 
 
 def _log_fatal(reason: str) -> None:

@@ -28,6 +28,7 @@ from prometheus_client.utils import floatToGoString
 from slotserver.api.metrics_llamacpp import LlamaCppCollector
 from slotserver.api.state import METRICS, STATE, Metrics, State
 from slotserver.chain import DraftChain
+from slotserver.model_drafter import DraftModelStats
 from slotserver.runner import Runner
 from slotserver.stats import FileStats, Histogram
 
@@ -123,6 +124,20 @@ def drafter_families(chain: DraftChain) -> Iterator[Metric]:
         for call, h in (("begin", st.t_begin_s), ("draft", st.t_draft_s), ("accept", st.t_accept_s))])
 
 
+def draft_model_families(stats: DraftModelStats) -> Iterator[Metric]:
+    """The draft model's own decodes (its drafts are counted under ``impl="draft-simple"`` above)."""
+    yield CounterMetricFamily(P + "draft_model_decode_calls_total", "llama_decode calls of the draft model.",
+                              stats.n_decodes)
+    yield CounterMetricFamily(P + "draft_model_decode_seconds_total", "Time spent in the draft model's llama_decode.",
+                              stats.t_decode_s)
+    yield CounterMetricFamily(P + "draft_model_decode_tokens_total",
+                              "Tokens the draft model decoded (mirrored prompts, catch-up, drafted).", stats.n_tokens)
+    yield CounterMetricFamily(P + "draft_model_failures_total",
+                              "Draft-model decodes that failed (that step had no draft-model drafts).", stats.n_failures)
+    yield histogram(P + "draft_model_batch_slots", "Slots in each draft-model llama_decode (drafting slots batched).",
+                    [], [([], stats.batch_slots)])
+
+
 def file_families(files: dict[str, FileStats]) -> Iterator[Metric]:
     """Persistent cache files by kind (label ``kind``); a kind appears after its first save attempt."""
     items = list(files.items())
@@ -152,6 +167,8 @@ class StatsCollector(Collector):
             return
         yield from server_families(runner)
         yield from drafter_families(runner.chain)
+        if runner.model_drafter is not None:
+            yield from draft_model_families(runner.model_drafter.stats)
         yield from file_families(runner.stats.files)
 
 

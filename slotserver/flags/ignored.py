@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from slotserver.flags.env import SWITCH, VALUE, add_pair, with_env
 
 PREFIX = "ignored_"
-DRAFT_MODEL = "draft-model speculation is not implemented yet"
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +24,6 @@ class Ignored:
     env: tuple[str, ...] = ()
     optional: bool = False  # the value may be left out (-fa alone is -fa on, as older llama-servers took it)
     negative: tuple[str, ...] = ()  # the pair's other half (--no-jinja): then no value
-    draft: bool = False  # a draft-model flag: all of them share one warning
 
     @property
     def dest(self) -> str:
@@ -57,16 +55,10 @@ def add_ignored(group, specs: tuple[Ignored, ...]) -> None:
 
 
 def ignored_warnings(args: argparse.Namespace, specs: tuple[Ignored, ...]) -> list[str]:
-    """One line per ignored flag that was given, and one for all draft-model flags."""
-    lines, draft = [], []
+    """One line per ignored flag that was given."""
+    lines = []
     for spec in specs:
         value = getattr(args, spec.dest, None)
-        if value is None:
-            continue
-        if spec.draft:
-            draft.append(spec.shown(value))
-        else:
+        if value is not None:
             lines.append(f"ignoring {spec.shown(value)}: {spec.reason}")
-    if draft:
-        lines.append(f"{DRAFT_MODEL}: ignoring {', '.join(draft)}; the n-gram drafters of --spec-type run as usual")
     return lines

@@ -1,42 +1,36 @@
-"""llama-server's "speculative params": drafters, their settings, and the requests' draft limits.
-
-The draft-model flags are accepted with one warning until the draft-model drafter exists.
-"""
+"""llama-server's "speculative params": drafters, their settings, the draft model, and the requests' draft limits."""
 
 from __future__ import annotations
 
 from ngram.cache import DYNAMIC_MAX_BYTES
 from slotserver.chains import SCOPES
-from slotserver.drafter_types import NAMES
+from slotserver.drafter_types import DRAFT_MODEL, SPEC_TYPES
 from slotserver.flags.env import add_flag
-from slotserver.flags.ignored import DRAFT_MODEL, Ignored, add_ignored
+from slotserver.flags.ignored import Ignored, add_ignored
+from slotserver.model_drafter import WHEN
 
 MIB = 1024 * 1024  # --lookup-cache-dynamic-max-mb counts MiB
-DRAFT = f"{DRAFT_MODEL} (the n-gram drafters need no draft model)"
 IGNORED = (
-    Ignored(("-md", "--model-draft", "--spec-draft-model"), DRAFT, "FNAME",
-            env=("LLAMA_ARG_SPEC_DRAFT_MODEL", "LLAMA_ARG_MODEL_DRAFT"), draft=True),
-    Ignored(("-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft", "--spec-draft-ngl"), DRAFT,
-            env=("LLAMA_ARG_N_GPU_LAYERS_DRAFT",), draft=True),
-    Ignored(("-td", "--threads-draft", "--spec-draft-threads"), DRAFT, draft=True),
-    Ignored(("-tbd", "--threads-batch-draft", "--spec-draft-threads-batch"), DRAFT, draft=True),
-    Ignored(("-cd", "--ctx-size-draft"), DRAFT, env=("LLAMA_ARG_CTX_SIZE_DRAFT",), draft=True),
-    Ignored(("-devd", "--device-draft", "--spec-draft-device"), DRAFT, "DEV,...", draft=True),
-    Ignored(("-ctkd", "--cache-type-k-draft", "--spec-draft-type-k"), DRAFT, "TYPE",
-            env=("LLAMA_ARG_SPEC_DRAFT_CACHE_TYPE_K", "LLAMA_ARG_CACHE_TYPE_K_DRAFT"), draft=True),
-    Ignored(("-ctvd", "--cache-type-v-draft", "--spec-draft-type-v"), DRAFT, "TYPE",
-            env=("LLAMA_ARG_SPEC_DRAFT_CACHE_TYPE_V", "LLAMA_ARG_CACHE_TYPE_V_DRAFT"), draft=True),
-    Ignored(("--draft-p-split", "--spec-draft-p-split"), DRAFT, "P",
-            env=("LLAMA_ARG_SPEC_DRAFT_P_SPLIT", "LLAMA_ARG_DRAFT_P_SPLIT"), draft=True),
+    Ignored(("-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft", "--spec-draft-ngl"),
+            "the draft model runs on the CPU, as the target", env=("LLAMA_ARG_N_GPU_LAYERS_DRAFT",)),
+    Ignored(("-tbd", "--threads-batch-draft", "--spec-draft-threads-batch"), "the draft model uses -td threads for all"),
+    Ignored(("-devd", "--device-draft", "--spec-draft-device"), "the draft model runs on the CPU", "DEV,..."),
+    Ignored(("-ctkd", "--cache-type-k-draft", "--spec-draft-type-k"), "the draft model's KV cache is f16, as the target's",
+            "TYPE", env=("LLAMA_ARG_SPEC_DRAFT_CACHE_TYPE_K", "LLAMA_ARG_CACHE_TYPE_K_DRAFT")),
+    Ignored(("-ctvd", "--cache-type-v-draft", "--spec-draft-type-v"), "the draft model's KV cache is f16, as the target's",
+            "TYPE", env=("LLAMA_ARG_SPEC_DRAFT_CACHE_TYPE_V", "LLAMA_ARG_CACHE_TYPE_V_DRAFT")),
+    Ignored(("--draft-p-split", "--spec-draft-p-split"), "only llama.cpp's tree-drafting example uses it", "P",
+            env=("LLAMA_ARG_SPEC_DRAFT_P_SPLIT", "LLAMA_ARG_DRAFT_P_SPLIT")),
 )
 
 
 def add_speculative_args(parser) -> None:
     g = parser.add_argument_group("speculative params")
     add_flag(g, "--spec-type", action="append", metavar="LIST", env="LLAMA_ARG_SPEC_TYPE",
-             help=f"comma list of drafters ({', '.join(NAMES)}), or 'none' to switch speculation off "
-                  "(default: ngram-mod)")
+             help=f"comma list of drafters ({', '.join(SPEC_TYPES)}), or 'none' to switch speculation off "
+                  f"(default: ngram-mod; with -md: ngram-mod,{DRAFT_MODEL})")
     _draft_limits(g)
+    _draft_model(g)
     g.add_argument("--spec-ngram-mod-n-match", type=int, default=24, metavar="N", help="ngram-mod: tokens hashed per lookup")
     g.add_argument("--spec-ngram-mod-n-min", type=int, default=48, metavar="N", help="ngram-mod: shortest draft")
     g.add_argument("--spec-ngram-mod-n-max", type=int, default=64, metavar="N", help="ngram-mod: longest draft")
@@ -56,14 +50,29 @@ def add_speculative_args(parser) -> None:
 def _draft_limits(g) -> None:
     add_flag(g, "--spec-draft-n-max", "--draft-max", "--draft", "--draft-n", dest="draft_n_max", type=int,
              default=-1, metavar="N", env=("LLAMA_ARG_SPEC_DRAFT_N_MAX", "LLAMA_ARG_DRAFT_MAX"),
-             help="default speculative.n_max of requests: longest draft verified (-1: the drafters' longest)")
+             help="default speculative.n_max of requests: longest draft verified (-1: each drafter's longest; "
+                  "the draft model's is 16)")
     add_flag(g, "--spec-draft-n-min", "--draft-min", "--draft-n-min", dest="draft_n_min", type=int, default=0,
              metavar="N", env=("LLAMA_ARG_SPEC_DRAFT_N_MIN", "LLAMA_ARG_DRAFT_MIN"),
              help="default speculative.n_min of requests: shorter drafts are dropped")
     add_flag(g, "--spec-draft-p-min", "--draft-p-min", dest="draft_p_min", type=float, default=0.0, metavar="P",
              env=("LLAMA_ARG_SPEC_DRAFT_P_MIN", "LLAMA_ARG_DRAFT_P_MIN"),
-             help="default speculative.p_min of requests (a draft model's confidence cut-off; "
-                  "the n-gram drafters do not use it)")
+             help="default speculative.p_min of requests: the draft model stops at a token it is less sure of "
+                  "(a first token below it gives no draft; the n-gram drafters do not use it)")
+
+
+def _draft_model(g) -> None:
+    add_flag(g, "-md", "--model-draft", "--spec-draft-model", dest="model_draft", default="", metavar="FNAME",
+             env=("LLAMA_ARG_SPEC_DRAFT_MODEL", "LLAMA_ARG_MODEL_DRAFT"),
+             help=f"draft model GGUF for {DRAFT_MODEL}; any vocabulary (a different one is bridged through text)")
+    add_flag(g, "-td", "--threads-draft", "--spec-draft-threads", dest="threads_draft", type=int, default=0,
+             metavar="N", help="draft model's CPU threads (0: as -t)")
+    add_flag(g, "-cd", "--ctx-size-draft", dest="ctx_size_draft", type=int, default=0, metavar="N",
+             env="LLAMA_ARG_CTX_SIZE_DRAFT", help="draft model's context size (0: as the target's)")
+    g.add_argument("--spec-draft-when", default="pays", choices=WHEN,
+                   help="slotserver: draft with the draft model only where a draft token's chance of acceptance "
+                        "pays for its cost as measured at start-up (pays), or always (llama-server's behaviour); "
+                        "docs/drafters.md")
 
 
 def _own_args(g) -> None:

@@ -185,15 +185,26 @@ def test_optional_values_as_older_and_newer_llama_servers_take_them():
     assert "ignoring -fa off:" in startup_warnings(parse_args(MODEL + ["-fa", "off"], {}))[0]
 
 
-def test_draft_model_flags_share_one_warning_and_never_stop_the_start():
+def test_draft_model_flags_configure_the_draft_model():
     argv = ["-md", "d.gguf", "--spec-draft-model", "d.gguf", "-ngld", "99", "-td", "2", "-cd", "512"]
     args = parse_args(MODEL + argv, {})
-    lines = startup_warnings(args)
-    assert len(lines) == 1 and lines[0].startswith("draft-model speculation is not implemented yet")
-    assert "-ngld 99" in lines[0] and "-cd 512" in lines[0]
-    assert config_from_args(args).spec.types == ("ngram-mod",)
+    assert startup_warnings(args) == ["ignoring -ngld 99: the draft model runs on the CPU, as the target"]
+    spec = config_from_args(args).spec
+    assert spec.types == ("ngram-mod", "draft-simple")  # -md without --spec-type adds draft-simple
+    assert (spec.draft.path, spec.draft.n_threads, spec.draft.n_ctx, spec.draft.n_max) == ("d.gguf", 2, 512, 16)
+    env = parse_args(MODEL + ["--spec-type", "draft-simple"], {"LLAMA_ARG_MODEL_DRAFT": "e.gguf"})
+    assert config_from_args(env).spec.draft.path == "e.gguf"
     for spec in SPEC_IGNORED:
         assert len(startup_warnings(parse_args(MODEL + [spec.names[-1], "1"], {}))) == 1
+
+
+def test_a_draft_model_the_spec_types_leave_out_is_not_loaded_and_draft_simple_needs_one():
+    args = parse_args(MODEL + ["-md", "d.gguf", "--spec-type", "ngram-mod"], {})
+    assert startup_warnings(args) == ["-md d.gguf is not loaded: --spec-type does not name draft-simple"]
+    assert config_from_args(args).spec.draft.path == ""
+    with pytest.raises(ValueError, match="needs a draft model"):
+        config_from_args(parse_args(MODEL + ["--spec-type", "draft-simple"], {}))
+    assert config_from_args(parse_args(MODEL + ["-md", "d", "--spec-draft-n-max", "8"], {})).spec.draft.n_max == 8
 
 
 def test_help_has_llama_servers_sections_and_says_why_flags_are_ignored():

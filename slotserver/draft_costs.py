@@ -1,0 +1,58 @@
+"""When does a draft model's token pay for itself? The cost model of draft-model speculation.
+
+Drafting one more token costs a draft-model decode (shared by every slot drafting in that decode)
+plus one more verified row in the target's batch; it gains one token of plain decoding time, but
+only if it is accepted. So it pays when its acceptance probability exceeds
+
+    threshold = (t_draft / n_drafting + t_row) / t_token
+
+where t_token is what one token costs without drafting (a step of n slots, one row each, divided by
+n). The draft model's own probability of its token stands in for the acceptance probability, and
+the product along the draft for the chance that the whole prefix is accepted: drafting stops at
+the first token whose product falls below the threshold. A threshold of 1 or more means no token
+can pay: the draft model is not run at all.
+
+This is Leviathan et al.'s analysis (expected speedup ``(1 - a**(g+1)) / ((1 - a) * (g*c + 1))``
+for acceptance rate a, draft length g, cost ratio c of a draft to a target step) with the verify
+cost made explicit: on a CPU a verified row is not free (``t_row`` is about half a step here).
+Pure code; ``model_drafter.calibrate`` measures the four times once at start-up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class DraftCosts:
+    t_target_s: float  # target llama_decode of one row (an output)
+    t_row_s: float  # each further output row in the same target decode
+    t_draft_s: float  # draft-model llama_decode of one row
+    t_draft_row_s: float  # each further row in the same draft decode (another drafting slot)
+
+    @property
+    def c(self) -> float:
+        """Leviathan's cost ratio: a draft-model step over a target step."""
+        return self.t_draft_s / self.t_target_s
+
+    def threshold(self, n_plain: int, n_drafting: int) -> float:
+        """Acceptance probability a further draft token needs to pay, with ``n_plain`` slots
+        generating in the step and ``n_drafting`` of them drafting together."""
+        n_plain, n_drafting = max(n_plain, 1), max(n_drafting, 1)
+        t_token = (self.t_target_s + self.t_row_s * (n_plain - 1)) / n_plain
+        t_draft = (self.t_draft_s + self.t_draft_row_s * (n_drafting - 1)) / n_drafting
+        return (t_draft + self.t_row_s) / t_token
+
+    def as_dict(self) -> dict:
+        out = {k[:-2] + "_ms": round(v * 1e3, 3) for k, v in asdict(self).items()}
+        return {**out, "c": round(self.c, 3), "threshold_1_slot": round(self.threshold(1, 1), 3)}
+
+
+def expected_speedup(alpha: float, gamma: int, c: float, r: float = 0.0) -> float:
+    """Expected speedup of drafting ``gamma`` tokens accepted with probability ``alpha`` each, a draft step
+    costing ``c`` target steps and each verified row ``r`` target steps (Leviathan et al. with r = 0)."""
+    if alpha >= 1.0:
+        tokens = gamma + 1.0
+    else:
+        tokens = (1 - alpha ** (gamma + 1)) / (1 - alpha)
+    return tokens / (gamma * c + 1 + gamma * r)

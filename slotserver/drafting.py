@@ -1,0 +1,73 @@
+"""Each step's drafts: the chain's drafters per slot, then the draft model for all the rest at once.
+
+The drafters of a slot's chain are asked in precedence order (``DraftChain.draft``). The draft model
+comes last: it drafts, in one batch per draft decode, for every generating slot still without a
+draft, and mirrors the prompt chunks of prefilling slots into its own context in the same decode.
+It is not run at all in a step where not one of its tokens could pay for itself (``draft_costs``).
+A failure of the draft model costs that step's drafts only. Engine thread only.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+
+from slotserver.chain import DraftChain
+from slotserver.engine import Engine
+from slotserver.model_drafter import DraftAsk, ModelDrafter
+from slotserver.scheduler import DecodeWork, draft_budget
+from slotserver.slots import Slot
+
+log = logging.getLogger(__name__)
+
+
+class Drafting:
+    def __init__(self, engine: Engine, chain: DraftChain, model: ModelDrafter | None) -> None:
+        self.engine = engine
+        self.chain = chain  # the shared chain: the draft model's calls are counted in its statistics
+        self.model = model
+
+    def for_slot(self, slot: Slot) -> list[int]:
+        """The slot's draft from its chain's drafters (the draft model aside); may raise."""
+        job = slot.job
+        n_max = draft_budget(self.engine.n_ctx_slot, len(slot.cache), job.n_remaining, job.limits.n_max)
+        if n_max <= 0 or not slot.chain.drafters:
+            return []
+        return slot.chain.draft(slot.id, slot.cache, slot.sampled, replace(job.limits, n_max=n_max))
+
+    def with_model(self, generating: list[tuple[Slot, DecodeWork]], prefilling: list[Slot]) -> None:
+        """Fill in the draft-model drafts of ``generating`` slots that have none; mirror ``prefilling``."""
+        model = self.model
+        if model is None or not model.can_pay(len(generating)):
+            return
+        asks: list[tuple[DraftAsk, Slot, DecodeWork | None]] = []
+        for slot, work in generating:
+            n_max = self._budget(slot) if not work.draft else 0
+            if n_max > 0:
+                history = slot.cache + [slot.sampled]
+                asks.append((DraftAsk(slot.id, history, n_max, slot.job.limits.p_min), slot, work))
+        drafting = bool(asks)
+        for slot in prefilling:
+            if slot.chain.uses_model(slot.job.limits):
+                asks.append((DraftAsk(slot.id, slot.cache), slot, None))
+        if not asks:
+            return
+        t0 = time.perf_counter()
+        try:
+            drafts = model.draft([ask for ask, _, _ in asks], len(generating))
+        except Exception:
+            log.exception("the draft model failed; no draft-model drafts this step, its context starts over")
+            model.reset()
+            return
+        if drafting:
+            self.chain.model_called(time.perf_counter() - t0)
+        for (ask, slot, work), tokens in zip(asks, drafts):
+            if work is not None:
+                work.draft = slot.chain.adopt(slot.id, tokens, replace(slot.job.limits, n_max=ask.n_max))
+
+    def _budget(self, slot: Slot) -> int:
+        job = slot.job
+        n_max = draft_budget(self.engine.n_ctx_slot, len(slot.cache), job.n_remaining, job.limits.n_max)
+        n_max = slot.chain.model_budget(slot.id, replace(job.limits, n_max=n_max))
+        return min(n_max, self.model.config.n_max)

@@ -1,0 +1,238 @@
+"""The draft-model drafter (``-md``, ``--spec-type draft-simple``): a small model proposes, the target verifies.
+
+A second llama context (an ``Engine`` of its own) holds one sequence per slot. ``draft`` serves every
+slot that wants a draft-model draft this step together: one draft decode brings each slot's draft
+sequence up to date with its target history and yields each slot's first draft token, then each
+further decode adds one token per slot still drafting. Slots still decoding their prompt ask with
+``n_max = 0``: their new prompt chunk is mirrored into the draft context in the same decode, so the
+draft is ready when generation starts and a long prompt never stalls the others.
+
+The draft context learns nothing by itself: before each draft it compares what it holds for the slot
+with the slot's target history (``vocab_bridge`` converts when the vocabularies differ) and keeps
+the common prefix. So accepted draft tokens stay cached, rejected ones are removed, and a new
+prompt, a context shift or a restored slot simply re-synchronises.
+
+A draft stops at the first token whose probability is below the request's ``p_min`` (a first token
+below it gives no draft at all, not llama.cpp's one-token draft that is nearly always rejected), or,
+with ``--spec-draft-when pays`` (default), at the first token whose chance of being accepted along
+the draft no longer pays for its cost (``draft_costs``). Its failures never fail a request: the
+runner drops this step's drafts and the draft context starts over.
+
+State (engine thread only): the draft engine, and per slot the draft tokens whose KV it holds.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from slotserver.draft_costs import DraftCosts
+from slotserver.engine import Engine
+from slotserver.scheduler import BatchEntry, BatchPlan, common_prefix
+from slotserver.stats import Histogram
+from slotserver.vocab import Vocab
+from slotserver.vocab_bridge import SameVocab, TextBridge, incompatibility
+
+log = logging.getLogger(__name__)
+
+WHEN = ("pays", "always")
+BATCH_SLOTS_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 32, 64)
+
+
+@dataclass(frozen=True, slots=True)
+class DraftModelConfig:
+    path: str = ""  # -md; "" = no draft model
+    n_ctx: int = 0  # -cd; 0: the target's context size
+    n_threads: int = 0  # -td; 0: the target's
+    n_max: int = 16  # longest draft-model draft (--spec-draft-n-max when given)
+    when: str = "pays"  # --spec-draft-when: draft only where a token pays for itself, or always
+
+    def __post_init__(self) -> None:
+        if self.when not in WHEN:
+            raise ValueError(f"--spec-draft-when must be one of {', '.join(WHEN)}")
+        if self.n_max < 0 or self.n_ctx < 0:
+            raise ValueError("the draft model's n_max and -cd must be >= 0")
+
+
+@dataclass(slots=True)
+class DraftAsk:
+    slot_id: int
+    history: Sequence[int]  # the slot's target tokens: its KV cache, then its sampled token when generating
+    n_max: int = 0  # longest draft in target tokens; 0: only bring the draft context up to date
+    p_min: float = 0.0
+
+
+@dataclass(slots=True)
+class DraftModelStats:
+    """The draft model's own decodes (the chain's ``draft-simple`` statistics time whole draft calls)."""
+
+    n_decodes: int = 0
+    n_tokens: int = 0  # tokens decoded: mirrored prompt chunks, catch-up and drafted tokens
+    t_decode_s: float = 0.0
+    n_failures: int = 0  # draft decodes that failed (no drafts that step; the draft context starts over)
+    batch_slots: Histogram = field(default_factory=lambda: Histogram(BATCH_SLOTS_BUCKETS))  # slots per decode
+
+
+@dataclass(slots=True)
+class _Seq:
+    bridge: SameVocab | TextBridge
+    cache: list[int] = field(default_factory=list)  # draft tokens whose KV the draft context holds
+
+
+class ModelDrafter:
+    def __init__(self, engine: Engine, target: Vocab, config: DraftModelConfig, costs: DraftCosts | None) -> None:
+        self.engine = engine
+        self.config = config
+        self.costs = costs
+        self.target = target
+        self.mismatch = incompatibility(target, engine.vocab)  # "" when token ids mean the same
+        self.stats = DraftModelStats()
+        self._seqs: dict[int, _Seq] = {}
+
+    @property
+    def vocab_path(self) -> str:
+        return "text-bridge" if self.mismatch else "shared"
+
+    def info(self) -> dict:
+        """For /props and the start-up log."""
+        return {"path": self.config.path, "description": self.engine.description, "vocab": self.vocab_path,
+                "vocab_mismatch": self.mismatch or None, "n_max": self.config.n_max, "when": self.config.when,
+                "n_ctx": self.engine.n_ctx, "costs": self.costs.as_dict() if self.costs else None}
+
+    def threshold(self, n_plain: int, n_drafting: int) -> float:
+        """Acceptance probability a draft token needs this step (0 with ``when = always``)."""
+        if self.config.when == "always" or self.costs is None:
+            return 0.0
+        return self.costs.threshold(n_plain, n_drafting)
+
+    def can_pay(self, n_plain: int) -> bool:
+        """Whether any draft-model token could pay with ``n_plain`` slots generating; if not, it is not run."""
+        return self.threshold(n_plain, 1) < 1.0
+
+    def _seq(self, slot_id: int) -> _Seq:
+        seq = self._seqs.get(slot_id)
+        if seq is None:
+            seq = self._seqs[slot_id] = _Seq(self._bridge())
+        return seq
+
+    def _bridge(self) -> SameVocab | TextBridge:
+        if not self.mismatch:
+            return SameVocab(self.target.n_tokens)
+        tgt, dft = self.target, self.engine.vocab
+        return TextBridge(
+            tgt_piece=lambda t: b"" if t == tgt.bos else tgt.piece(t, special=True),
+            dft_tokenize=lambda text: dft.tokenize(text, add_special=False, parse_special=True),
+            dft_piece=lambda t: dft.piece(t, special=False),
+            tgt_tokenize=lambda text: tgt.tokenize(text, add_special=False, parse_special=False),
+            dft_is_eog=dft.is_eog, dft_prefix=[dft.bos] if dft.add_bos else [])
+
+    def draft(self, asks: list[DraftAsk], n_plain: int) -> list[list[int]]:
+        """Drafts (target tokens) for ``asks``, all slots batched in each draft decode; ``n_plain``
+        slots generate in this step (the cost of a token without drafting depends on it)."""
+        theta = self.threshold(n_plain, sum(a.n_max > 0 for a in asks))
+        entries, active = self._catch_up(asks)
+        drafts: dict[int, list[int]] = {i: [] for i in active}
+        cum = dict.fromkeys(active, 1.0)
+        vocab = self.engine.vocab
+        while active:
+            rows = self._decode(entries)
+            tokens, probs = self.engine.top1([r[-1] for r in rows if r])
+            entries, still = [], []
+            for i, token, p in zip(active, tokens, probs):
+                ask, seq, d = asks[i], self._seqs[asks[i].slot_id], drafts[i]
+                cum[i] *= p
+                if p < ask.p_min or cum[i] < theta:
+                    continue  # a first token below the cut-off leaves the draft empty
+                eog = vocab.is_eog(token)
+                if eog and seq.bridge.is_bridge:
+                    continue  # the draft's end token has no target text
+                d.append(token)
+                if eog or len(d) >= ask.n_max:
+                    continue
+                entries.append(BatchEntry(ask.slot_id, len(seq.cache), [token], True))
+                seq.cache.append(token)
+                still.append(i)
+            active = still
+        out = []
+        for i, ask in enumerate(asks):
+            d = drafts.get(i)
+            out.append(self._seqs[ask.slot_id].bridge.to_target(d)[: ask.n_max] if d else [])
+        return out
+
+    def _catch_up(self, asks: list[DraftAsk]) -> tuple[list[BatchEntry], list[int]]:
+        """The first decode's entries: per slot, what its draft sequence lacks of its history (the
+        last row an output where a draft is wanted); and the indices of the asks that draft."""
+        entries, active = [], []
+        room = self.engine.config.n_batch
+        for i, ask in enumerate(asks):
+            if room <= 0:
+                break
+            seq = self._seq(ask.slot_id)
+            full = seq.bridge.view(ask.history)
+            want = ask.n_max > 0 and 0 < len(full) and len(full) + ask.n_max < self.engine.n_ctx_slot
+            keep = common_prefix(seq.cache, full)
+            if want and keep == len(full):
+                keep -= 1  # its logits are needed again
+            if keep < len(seq.cache):
+                self.engine.remove(ask.slot_id, keep)
+                del seq.cache[keep:]
+            todo = full[keep:]
+            if not todo:
+                continue
+            chunk = todo[:room]
+            room -= len(chunk)
+            ends = want and len(chunk) == len(todo)
+            entries.append(BatchEntry(ask.slot_id, keep, chunk, False, ends))
+            seq.cache.extend(chunk)
+            if ends:
+                active.append(i)
+        if not entries:
+            return [], []
+        if not active:  # only mirroring: decode it now, nothing is read back
+            self._decode(entries)
+        return entries, active
+
+    def _decode(self, entries: list[BatchEntry]) -> list[list[int]]:
+        st = self.stats
+        t0 = time.perf_counter()
+        rows = self.engine.decode(BatchPlan(entries))
+        st.t_decode_s += time.perf_counter() - t0
+        st.n_decodes += 1
+        st.n_tokens += sum(len(e.tokens) for e in entries)
+        st.batch_slots.observe(len(entries))
+        return rows
+
+    def reset(self) -> None:
+        """Forget every slot's draft sequence (after a failed draft decode its KV cannot be trusted)."""
+        self.stats.n_failures += 1
+        for slot_id in self._seqs:
+            self.engine.remove(slot_id, 0)
+        self._seqs.clear()
+
+
+def calibrate(target: Engine, draft: Engine, repeats: int = 5) -> DraftCosts:
+    """Time one target decode of 1 and of 5 output rows, and one draft decode of 1 row and of one row
+    for each of up to 4 slots (median of ``repeats``, after a warm-up). Takes well under a second."""
+    t1 = _time(target, 1, 1, repeats)
+    t5 = _time(target, 5, 1, repeats)
+    n_seq = min(4, draft.config.n_parallel)
+    d1 = _time(draft, 1, 1, repeats)
+    dn = _time(draft, 1, n_seq, repeats) if n_seq > 1 else d1
+    return DraftCosts(t_target_s=t1, t_row_s=max(t5 - t1, 0.0) / 4, t_draft_s=d1,
+                      t_draft_row_s=max(dn - d1, 0.0) / max(n_seq - 1, 1))
+
+
+def _time(engine: Engine, n_rows: int, n_seq: int, repeats: int) -> float:
+    token = engine.vocab.bos if engine.vocab.bos >= 0 else 0
+    plan = BatchPlan([BatchEntry(s, 0, [token] * n_rows, True) for s in range(n_seq)])
+    times = []
+    for _ in range(repeats + 1):
+        t0 = time.perf_counter()
+        engine.decode(plan)
+        times.append(time.perf_counter() - t0)
+        for s in range(n_seq):
+            engine.remove(s, 0)
+    return statistics.median(times[1:])
