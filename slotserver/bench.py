@@ -1,6 +1,7 @@
 """Benchmark a running server on our workloads: tokens/s, drafts and acceptance per workload.
 
     python -m slotserver.bench --url http://127.0.0.1:8080 [--workloads PATH] [--types none,ngram-mod]
+    python -m slotserver.bench --types none,draft-simple,ngram-mod,ngram-mod+draft-simple  # with -md
     python -m slotserver.bench --url http://127.0.0.1:8080 --json-schema  # constrained output instead
 
 The workloads ship with the package (``slotserver/workloads.json``); the test suite uses them too.
@@ -29,7 +30,7 @@ def load_workloads(path: str | Path = DEFAULT_WORKLOADS) -> list[dict]:
 
 async def complete(http: aiohttp.ClientSession, url: str, wl: dict, spec: str) -> dict:
     body = {"prompt": wl["prompt"], "n_predict": wl["n_predict"], "temperature": 0.0,
-            "cache_prompt": False, "speculative.type": spec}
+            "cache_prompt": False, "speculative.type": spec.replace("+", ",")}
     if "json_schema" in wl:
         body["json_schema"] = wl["json_schema"]
     async with http.post(url + "/completion", json=body) as resp:
@@ -105,7 +106,9 @@ def main() -> None:
     p = argparse.ArgumentParser(prog="python -m slotserver.bench", description=__doc__.split("\n")[0])
     p.add_argument("--url", default="http://127.0.0.1:8080")
     p.add_argument("--workloads", default=str(DEFAULT_WORKLOADS))
-    p.add_argument("--types", default="none,ngram-mod", help="speculative types to compare, per request")
+    p.add_argument("--types", default="none,ngram-mod",
+                   help="speculative types to compare, per request; '+' joins types drafting together "
+                        "(ngram-mod+draft-simple)")
     p.add_argument("--only", default="", help="comma list of workload names")
     p.add_argument("--repeats", type=int, default=1, help="runs per cell; the fastest is reported")
     p.add_argument("--concurrency", type=int, default=4, help="parallel streams to compare with one (0: skip)")

@@ -35,13 +35,17 @@ class DraftCosts:
         """Leviathan's cost ratio: a draft-model step over a target step."""
         return self.t_draft_s / self.t_target_s
 
+    def t_token(self, n_plain: int) -> float:
+        """What one token of one slot costs without drafting, with ``n_plain`` slots in the step."""
+        n_plain = max(n_plain, 1)
+        return (self.t_target_s + self.t_row_s * (n_plain - 1)) / n_plain
+
     def threshold(self, n_plain: int, n_drafting: int) -> float:
         """Acceptance probability a further draft token needs to pay, with ``n_plain`` slots
         generating in the step and ``n_drafting`` of them drafting together."""
-        n_plain, n_drafting = max(n_plain, 1), max(n_drafting, 1)
-        t_token = (self.t_target_s + self.t_row_s * (n_plain - 1)) / n_plain
+        n_drafting = max(n_drafting, 1)
         t_draft = (self.t_draft_s + self.t_draft_row_s * (n_drafting - 1)) / n_drafting
-        return (t_draft + self.t_row_s) / t_token
+        return (t_draft + self.t_row_s) / self.t_token(n_plain)
 
     def as_dict(self) -> dict:
         out = {k[:-2] + "_ms": round(v * 1e3, 3) for k, v in asdict(self).items()}

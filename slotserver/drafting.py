@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from slotserver.chain import DraftChain
 from slotserver.engine import Engine
+from slotserver.job import Job
 from slotserver.model_drafter import DraftAsk, ModelDrafter
 from slotserver.scheduler import DecodeWork, draft_budget
 from slotserver.slots import Slot
@@ -22,11 +23,23 @@ from slotserver.slots import Slot
 log = logging.getLogger(__name__)
 
 
+@dataclass(slots=True)
+class _Asked:
+    """A slot's last draft-model call, until its verification is known (the job's draft counters)."""
+
+    job: Job
+    n_draft0: int
+    n_accepted0: int
+    n_plain: int
+    t_share_s: float
+
+
 class Drafting:
     def __init__(self, engine: Engine, chain: DraftChain, model: ModelDrafter | None) -> None:
         self.engine = engine
         self.chain = chain  # the shared chain: the draft model's calls are counted in its statistics
         self.model = model
+        self._asked: dict[int, _Asked] = {}  # slot id -> its last draft-model call not yet settled
 
     def for_slot(self, slot: Slot) -> list[int]:
         """The slot's draft from its chain's drafters (the draft model aside); may raise."""
@@ -39,11 +52,14 @@ class Drafting:
     def with_model(self, generating: list[tuple[Slot, DecodeWork]], prefilling: list[Slot]) -> None:
         """Fill in the draft-model drafts of ``generating`` slots that have none; mirror ``prefilling``."""
         model = self.model
-        if model is None or not model.can_pay(len(generating)):
+        if model is None:
+            return
+        self._settle(generating)
+        if not model.can_pay(len(generating)):
             return
         asks: list[tuple[DraftAsk, Slot, DecodeWork | None]] = []
         for slot, work in generating:
-            n_max = self._budget(slot) if not work.draft else 0
+            n_max = self._budget(slot) if not work.draft and model.wants(slot.id) else 0
             if n_max > 0:
                 history = slot.cache + [slot.sampled]
                 asks.append((DraftAsk(slot.id, history, n_max, slot.job.limits.p_min), slot, work))
@@ -60,11 +76,27 @@ class Drafting:
             log.exception("the draft model failed; no draft-model drafts this step, its context starts over")
             model.reset()
             return
-        if drafting:
-            self.chain.model_called(time.perf_counter() - t0)
+        if not drafting:
+            return
+        t_call = time.perf_counter() - t0
+        self.chain.model_called(t_call)
+        n_drafting = sum(ask.n_max > 0 for ask, _, _ in asks)
         for (ask, slot, work), tokens in zip(asks, drafts):
             if work is not None:
                 work.draft = slot.chain.adopt(slot.id, tokens, replace(slot.job.limits, n_max=ask.n_max))
+                job = slot.job
+                self._asked[slot.id] = _Asked(job, job.n_draft, job.n_draft_accepted, len(generating),
+                                              t_call / n_drafting)
+
+    def _settle(self, generating: list[tuple[Slot, DecodeWork]]) -> None:
+        """Tell the draft model how its last drafts for these slots fared (a finished job's are dropped)."""
+        jobs = {slot.id: slot.job for slot, _ in generating}
+        for slot_id, asked in list(self._asked.items()):
+            del self._asked[slot_id]
+            job = asked.job
+            if jobs.get(slot_id) is job:
+                self.model.settle(slot_id, asked.n_plain, job.n_draft - asked.n_draft0,
+                                  job.n_draft_accepted - asked.n_accepted0, asked.t_share_s)
 
     def _budget(self, slot: Slot) -> int:
         job = slot.job

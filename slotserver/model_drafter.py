@@ -80,6 +80,47 @@ class DraftModelStats:
 class _Seq:
     bridge: SameVocab | TextBridge
     cache: list[int] = field(default_factory=list)  # draft tokens whose KV the draft context holds
+    payoff: Payoff = field(default_factory=lambda: Payoff())
+
+
+# The payoff guard: a slot whose draft-model calls lost time on average (EWMA over calls) stops
+# asking for PAYOFF_SKIP_MIN steps, doubling while it keeps losing, up to PAYOFF_SKIP_MAX; then
+# one call probes whether drafting pays again.
+PAYOFF_WEIGHT = 0.3
+PAYOFF_MIN_CALLS = 2
+PAYOFF_SKIP_MIN = 4
+PAYOFF_SKIP_MAX = 256
+
+
+@dataclass(slots=True)
+class Payoff:
+    """Per slot: what its draft-model calls really saved, measured, with ``--spec-draft-when pays``.
+
+    The per-token threshold trusts the draft model's probabilities; this guard checks the outcome:
+    accepted tokens times the time a token costs without drafting, minus the call's time and the
+    verified rows' cost. It catches what the threshold cannot see, such as a confident draft model
+    that is often wrong, or a first draft decode that yields nothing.
+    """
+
+    gain_s: float = 0.0  # EWMA of seconds saved per call (negative: drafting cost time)
+    n_calls: int = 0  # calls since the last skip
+    n_skip: int = 0  # steps still to skip
+    next_skip: int = PAYOFF_SKIP_MIN
+
+    def settle(self, gain_s: float) -> None:
+        self.gain_s = gain_s if self.n_calls == 0 else (1 - PAYOFF_WEIGHT) * self.gain_s + PAYOFF_WEIGHT * gain_s
+        self.n_calls += 1
+        if self.gain_s >= 0:
+            self.next_skip = PAYOFF_SKIP_MIN
+        elif self.n_calls >= PAYOFF_MIN_CALLS:
+            self.n_skip, self.next_skip = self.next_skip, min(2 * self.next_skip, PAYOFF_SKIP_MAX)
+            self.gain_s, self.n_calls = 0.0, 0
+
+    def skips(self) -> bool:
+        if self.n_skip > 0:
+            self.n_skip -= 1
+            return True
+        return False
 
 
 class ModelDrafter:
@@ -111,6 +152,20 @@ class ModelDrafter:
     def can_pay(self, n_plain: int) -> bool:
         """Whether any draft-model token could pay with ``n_plain`` slots generating; if not, it is not run."""
         return self.threshold(n_plain, 1) < 1.0
+
+    def wants(self, slot_id: int) -> bool:
+        """Whether ``slot_id`` asks the draft model this step (the payoff guard may hold it back)."""
+        if self.config.when == "always" or self.costs is None:
+            return True
+        return not self._seq(slot_id).payoff.skips()
+
+    def settle(self, slot_id: int, n_plain: int, n_verified: int, n_accepted: int, t_call_s: float) -> None:
+        """The slot's last draft-model draft was verified; ``t_call_s`` is its share of the draft call."""
+        if self.costs is None or self.config.when == "always":
+            return
+        c = self.costs
+        gain = n_accepted * c.t_token(n_plain) - t_call_s - n_verified * c.t_row_s
+        self._seq(slot_id).payoff.settle(gain)
 
     def _seq(self, slot_id: int) -> _Seq:
         seq = self._seqs.get(slot_id)
@@ -214,14 +269,17 @@ class ModelDrafter:
 
 
 def calibrate(target: Engine, draft: Engine, repeats: int = 5) -> DraftCosts:
-    """Time one target decode of 1 and of 5 output rows, and one draft decode of 1 row and of one row
-    for each of up to 4 slots (median of ``repeats``, after a warm-up). Takes well under a second."""
+    """Time one target decode of 1 and of 8 output rows, and one draft decode of 1 row and of one row
+    for each of up to 4 slots (median of ``repeats``, after a warm-up). Takes about a second.
+
+    Eight rows, because a verify batch's cost is not linear in its rows (ggml picks kernels by
+    batch size; here 5 rows cost more than 8): eight is a typical verified draft."""
     t1 = _time(target, 1, 1, repeats)
-    t5 = _time(target, 5, 1, repeats)
+    t8 = _time(target, 8, 1, repeats)
     n_seq = min(4, draft.config.n_parallel)
     d1 = _time(draft, 1, 1, repeats)
     dn = _time(draft, 1, n_seq, repeats) if n_seq > 1 else d1
-    return DraftCosts(t_target_s=t1, t_row_s=max(t5 - t1, 0.0) / 4, t_draft_s=d1,
+    return DraftCosts(t_target_s=t1, t_row_s=max(t8 - t1, 0.0) / 7, t_draft_s=d1,
                       t_draft_row_s=max(dn - d1, 0.0) / max(n_seq - 1, 1))
 
 
