@@ -87,8 +87,8 @@ class TextBridge:
     starts a word (its text begins with whitespace), so a word is tokenized whole and a converted
     piece never changes: the draft context keeps its KV entries for it. The text after the last
     commit is converted afresh on each call (``view``). When the target history changes other than
-    by appending (a new prompt, a context shift), conversion rolls back to the last commit inside
-    the common prefix.
+    by appending (a new prompt, a context shift), conversion rolls back to the last commit before
+    the first changed token.
 
     ``tgt_piece(token)`` is the token's text as bytes (b"" for tokens the draft should not see,
     such as the target's BOS); ``dft_tokenize(text)`` gives draft tokens without BOS;
@@ -111,7 +111,8 @@ class TextBridge:
         n = len(c.tgt)
         if len(history) < n or list(history[:n]) != c.tgt:
             n = _common_prefix(c.tgt, history)
-            while c.marks[-1][0] > n:
+            # A commit at n was made because the old token n started a word; the new one may not.
+            while len(c.marks) > 1 and c.marks[-1][0] >= n:
                 c.marks.pop()
             del c.tgt[n:]
             del c.dft[c.marks[-1][1] :]
