@@ -7,20 +7,28 @@ only if it is accepted. So it pays when its acceptance probability exceeds
     threshold = (t_draft / n_drafting + t_row) / t_token
 
 where t_token is what one token costs without drafting (a step of n slots, one row each, divided by
-n). The draft model's own probability of its token stands in for the acceptance probability, and
-the product along the draft for the chance that the whole prefix is accepted: drafting stops at
-the first token whose product falls below the threshold. A threshold of 1 or more means no token
-can pay: the draft model is not run at all.
+n); the drafter multiplies it by a margin (``PAY_MARGIN``) against the noise of the measured costs.
+The draft model's own probability of its token stands in for the acceptance probability, and the
+product along the draft for the chance that the whole prefix is accepted: drafting stops at the
+first token whose product falls below the threshold. A threshold of 1 or more means no token can
+pay: the draft model is not run at all.
 
 This is Leviathan et al.'s analysis (expected speedup ``(1 - a**(g+1)) / ((1 - a) * (g*c + 1))``
 for acceptance rate a, draft length g, cost ratio c of a draft to a target step) with the verify
 cost made explicit: on a CPU a verified row is not free (``t_row`` is about half a step here).
-Pure code; ``model_drafter.calibrate`` measures the four times once at start-up.
+Pure code; ``model_drafter.calibrate`` measures the four times once at start-up, and the one-row
+decode times then follow what serving measures (``observed``).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+
+# A draft token must be expected to save this much more than it costs: near a threshold of 1 the
+# gain is a few percent of a token, less than the measurement noise of the costs themselves.
+PAY_MARGIN = 1.1
+# Weight of a new observation in the running averages of the one-row decode times.
+OBSERVE_WEIGHT = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,9 +55,20 @@ class DraftCosts:
         t_draft = (self.t_draft_s + self.t_draft_row_s * (n_drafting - 1)) / n_drafting
         return (t_draft + self.t_row_s) / self.t_token(n_plain)
 
+    def observed(self, *, t_target_s: float | None = None, t_draft_s: float | None = None) -> DraftCosts:
+        """These costs moved towards a one-row decode time measured while serving (start-up
+        calibration runs on an idle context; serving adds the rest of the step around it)."""
+        w = OBSERVE_WEIGHT
+        out = self
+        if t_target_s is not None:
+            out = replace(out, t_target_s=(1 - w) * out.t_target_s + w * t_target_s)
+        if t_draft_s is not None:
+            out = replace(out, t_draft_s=(1 - w) * out.t_draft_s + w * t_draft_s)
+        return out
+
     def as_dict(self) -> dict:
         out = {k[:-2] + "_ms": round(v * 1e3, 3) for k, v in asdict(self).items()}
-        return {**out, "c": round(self.c, 3), "threshold_1_slot": round(self.threshold(1, 1), 3)}
+        return {**out, "c": round(self.c, 3), "pays_above_1_slot": round(self.threshold(1, 1) * PAY_MARGIN, 3)}
 
 
 def expected_speedup(alpha: float, gamma: int, c: float, r: float = 0.0) -> float:

@@ -24,12 +24,11 @@ State (engine thread only): the draft engine, and per slot the draft tokens whos
 from __future__ import annotations
 
 import logging
-import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from slotserver.draft_costs import DraftCosts
+from slotserver.draft_costs import PAY_MARGIN, DraftCosts
 from slotserver.engine import Engine
 from slotserver.scheduler import BatchEntry, BatchPlan, common_prefix
 from slotserver.stats import Histogram
@@ -147,7 +146,7 @@ class ModelDrafter:
         """Acceptance probability a draft token needs this step (0 with ``when = always``)."""
         if self.config.when == "always" or self.costs is None:
             return 0.0
-        return self.costs.threshold(n_plain, n_drafting)
+        return self.costs.threshold(n_plain, n_drafting) * PAY_MARGIN
 
     def can_pay(self, n_plain: int) -> bool:
         """Whether any draft-model token could pay with ``n_plain`` slots generating; if not, it is not run."""
@@ -250,11 +249,19 @@ class ModelDrafter:
             self._decode(entries)
         return entries, active
 
+    def observe_target(self, n_tokens: int, seconds: float) -> None:
+        """A target decode of one token (one slot generating, no draft): the cost of a plain step."""
+        if self.costs is not None and n_tokens == 1:
+            self.costs = self.costs.observed(t_target_s=seconds)
+
     def _decode(self, entries: list[BatchEntry]) -> list[list[int]]:
         st = self.stats
         t0 = time.perf_counter()
         rows = self.engine.decode(BatchPlan(entries))
-        st.t_decode_s += time.perf_counter() - t0
+        seconds = time.perf_counter() - t0
+        st.t_decode_s += seconds
+        if self.costs is not None and len(entries) == 1 and len(entries[0].tokens) == 1:
+            self.costs = self.costs.observed(t_draft_s=seconds)
         st.n_decodes += 1
         st.n_tokens += sum(len(e.tokens) for e in entries)
         st.batch_slots.observe(len(entries))
@@ -268,9 +275,10 @@ class ModelDrafter:
         self._seqs.clear()
 
 
-def calibrate(target: Engine, draft: Engine, repeats: int = 5) -> DraftCosts:
+def calibrate(target: Engine, draft: Engine, repeats: int = 7) -> DraftCosts:
     """Time one target decode of 1 and of 8 output rows, and one draft decode of 1 row and of one row
-    for each of up to 4 slots (median of ``repeats``, after a warm-up). Takes about a second.
+    for each of up to 4 slots (the fastest of ``repeats``, after a warm-up: the least disturbed by
+    other work on the machine; serving then corrects the one-row times). Takes about a second.
 
     Eight rows, because a verify batch's cost is not linear in its rows (ggml picks kernels by
     batch size; here 5 rows cost more than 8): eight is a typical verified draft."""
@@ -293,4 +301,4 @@ def _time(engine: Engine, n_rows: int, n_seq: int, repeats: int) -> float:
         times.append(time.perf_counter() - t0)
         for s in range(n_seq):
             engine.remove(s, 0)
-    return statistics.median(times[1:])
+    return min(times[1:])

@@ -354,6 +354,8 @@ class Runner:
         st.n_decode_tokens += plan.n_tokens
         st.n_decode_slots += len(plan.entries)
         st.tokens_per_decode.observe(plan.n_tokens)
+        if self.model_drafter is not None:
+            self.model_drafter.observe_target(plan.n_tokens, seconds)
 
     def _maybe_save(self) -> None:
         if self.persistence is None:

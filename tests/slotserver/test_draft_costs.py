@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from slotserver.draft_costs import DraftCosts, expected_speedup
+from slotserver.draft_costs import OBSERVE_WEIGHT, DraftCosts, expected_speedup
 
 # Target step 100 ms, each further target row 50 ms; draft step 20 ms, each further draft row 4 ms.
 COSTS = DraftCosts(t_target_s=0.100, t_row_s=0.050, t_draft_s=0.020, t_draft_row_s=0.004)
@@ -45,7 +45,16 @@ def test_a_cheap_draft_with_free_rows_pays_at_low_acceptance():
 def test_c_and_as_dict_report_milliseconds_and_the_one_slot_threshold():
     assert COSTS.c == pytest.approx(0.2)
     assert COSTS.as_dict() == {"t_target_ms": 100.0, "t_row_ms": 50.0, "t_draft_ms": 20.0,
-                               "t_draft_row_ms": 4.0, "c": 0.2, "threshold_1_slot": 0.7}
+                               "t_draft_row_ms": 4.0, "c": 0.2, "pays_above_1_slot": 0.77}  # 0.7 x PAY_MARGIN
+
+
+def test_observed_one_row_times_move_the_costs_a_little_at_a_time():
+    slower = COSTS.observed(t_draft_s=0.04)  # serving measures a slower draft decode than calibration did
+    assert slower.t_draft_s == pytest.approx(0.02 + OBSERVE_WEIGHT * 0.02)
+    assert (slower.t_target_s, slower.t_row_s, slower.t_draft_row_s) == (0.1, 0.05, 0.004)
+    for _ in range(200):
+        slower = slower.observed(t_target_s=0.2, t_draft_s=0.04)
+    assert slower.t_target_s == pytest.approx(0.2, rel=1e-3) and slower.t_draft_s == pytest.approx(0.04, rel=1e-3)
 
 
 def test_expected_speedup_is_leviathans_formula():
