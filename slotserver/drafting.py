@@ -59,9 +59,11 @@ class Drafting:
             return
         asks: list[tuple[DraftAsk, Slot, DecodeWork | None]] = []
         for slot, work in generating:
-            n_max = self._budget(slot) if not work.draft and model.wants(slot.id) else 0
+            if work.draft:
+                continue
+            history = slot.cache + [slot.sampled]
+            n_max = self._budget(slot) if model.wants(slot.id, history) else 0
             if n_max > 0:
-                history = slot.cache + [slot.sampled]
                 asks.append((DraftAsk(slot.id, history, n_max, slot.job.limits.p_min), slot, work))
         drafting = bool(asks)
         for slot in prefilling:

@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 WHEN = ("pays", "always")
 CALIBRATION_DEPTH = 256  # cached tokens before each timed decode: a typical prompt
+MAX_LAG = 16  # with when = pays, a draft sequence further behind its slot's history is not caught up
 BATCH_SLOTS_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 32, 64)
 
 
@@ -154,11 +155,20 @@ class ModelDrafter:
         """Whether any draft-model token could pay with ``n_plain`` slots generating; if not, it is not run."""
         return self.threshold(n_plain, 1) < 1.0
 
-    def wants(self, slot_id: int) -> bool:
-        """Whether ``slot_id`` asks the draft model this step (the payoff guard may hold it back)."""
+    def wants(self, slot_id: int, history: Sequence[int]) -> bool:
+        """Whether ``slot_id`` asks the draft model this step, its target tokens being ``history``.
+
+        With ``when = pays``, not while the payoff guard holds it back, and not when its draft
+        sequence lags more than ``MAX_LAG`` tokens behind (the model could not pay when the slot's
+        prompt was decoded, so it was not mirrored): catching up would cost more than drafts gain.
+        """
         if self.config.when == "always" or self.costs is None:
             return True
-        return not self._seq(slot_id).payoff.skips()
+        seq = self._seq(slot_id)
+        if seq.payoff.skips():
+            return False
+        full = seq.bridge.view(history)
+        return len(full) - common_prefix(seq.cache, full) <= MAX_LAG
 
     def settle(self, slot_id: int, n_plain: int, n_verified: int, n_accepted: int, t_call_s: float) -> None:
         """The slot's last draft-model draft was verified; ``t_call_s`` is its share of the draft call."""
