@@ -151,7 +151,8 @@ class Engine:
         logits = np.ctypeslib.as_array(ptr, shape=(self._n_outputs, self.vocab.n_tokens))[first : last + 1]
         best = logits.argmax(axis=1)
         top = logits[np.arange(len(rows)), best]
-        p = 1.0 / np.exp(logits - top[:, None]).sum(axis=1)
+        # In float64: in float32 a tail mass under 6e-8 rounds away and a probability becomes exactly 1.
+        p = 1.0 / np.exp((logits - top[:, None]).astype(np.float64)).sum(axis=1)
         return best.tolist(), p.tolist()
 
     def sample(self, sampler, row: int, grammar=None, argmax: bool = False) -> int:
