@@ -118,13 +118,10 @@ class DraftChain:
         for name, d in self.drafters:
             if limits.types is not None and name not in limits.types:
                 continue
-            st = self.stats[name]
-            backoff = self._backoff.setdefault((slot, name), Backoff())
-            if backoff.n_skip > 0:
-                backoff.n_skip -= 1
-                st.n_skipped += 1
+            n_max = self._allowance(slot, name, limits)
+            if n_max == 0:
                 continue
-            n_max = min(limits.n_max, max(backoff.cap, limits.n_min))
+            st = self.stats[name]
             t0 = time.perf_counter()
             tokens = d.draft(slot, history, last_token, n_max)
             st.t_draft_s.observe(time.perf_counter() - t0)
@@ -144,12 +141,14 @@ class DraftChain:
     def model_budget(self, slot: int, limits: DraftLimits) -> int:
         """How long a draft the draft model may make for ``slot`` now (0: not at all), after the
         drafters above had none. Call after ``draft``."""
-        if not self.uses_model(limits):
-            return 0
-        backoff = self._backoff.setdefault((slot, DRAFT_MODEL), Backoff())
+        return self._allowance(slot, DRAFT_MODEL, limits) if self.uses_model(limits) else 0
+
+    def _allowance(self, slot: int, name: str, limits: DraftLimits) -> int:
+        """How long a draft ``name`` may make for ``slot`` under its back-off (0: skipped this call)."""
+        backoff = self._backoff.setdefault((slot, name), Backoff())
         if backoff.n_skip > 0:
             backoff.n_skip -= 1
-            self.stats[DRAFT_MODEL].n_skipped += 1
+            self.stats[name].n_skipped += 1
             return 0
         return min(limits.n_max, max(backoff.cap, limits.n_min))
 

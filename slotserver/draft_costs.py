@@ -16,6 +16,7 @@ pay: the draft model is not run at all.
 This is Leviathan et al.'s analysis (expected speedup ``(1 - a**(g+1)) / ((1 - a) * (g*c + 1))``
 for acceptance rate a, draft length g, cost ratio c of a draft to a target step) with the verify
 cost made explicit: on a CPU a verified row is not free (``t_row`` is about half a step here).
+``Payoff`` then checks per slot what the calls really saved.
 Pure code; ``model_drafter.calibrate`` measures the four times once at start-up, and the one-row
 decode times then follow what serving measures (``observed``).
 """
@@ -79,3 +80,43 @@ def expected_speedup(alpha: float, gamma: int, c: float, r: float = 0.0) -> floa
     else:
         tokens = (1 - alpha ** (gamma + 1)) / (1 - alpha)
     return tokens / (gamma * c + 1 + gamma * r)
+
+
+# The payoff guard: a slot whose draft-model calls lost time on average (EWMA over calls) stops
+# asking for PAYOFF_SKIP_MIN steps, doubling while it keeps losing, up to PAYOFF_SKIP_MAX; then
+# one call probes whether drafting pays again.
+PAYOFF_WEIGHT = 0.3
+PAYOFF_MIN_CALLS = 2
+PAYOFF_SKIP_MIN = 4
+PAYOFF_SKIP_MAX = 256
+
+
+@dataclass(slots=True)
+class Payoff:
+    """Per slot: what its draft-model calls really saved, measured, with ``--spec-draft-when pays``.
+
+    The per-token threshold trusts the draft model's probabilities; this guard checks the outcome:
+    accepted tokens times the time a token costs without drafting, minus the call's time and the
+    verified rows' cost. It catches what the threshold cannot see, such as a confident draft model
+    that is often wrong, or a first draft decode that yields nothing.
+    """
+
+    gain_s: float = 0.0  # EWMA of seconds saved per call (negative: drafting cost time)
+    n_calls: int = 0  # calls since the last skip
+    n_skip: int = 0  # steps still to skip
+    next_skip: int = PAYOFF_SKIP_MIN
+
+    def settle(self, gain_s: float) -> None:
+        self.gain_s = gain_s if self.n_calls == 0 else (1 - PAYOFF_WEIGHT) * self.gain_s + PAYOFF_WEIGHT * gain_s
+        self.n_calls += 1
+        if self.gain_s >= 0:
+            self.next_skip = PAYOFF_SKIP_MIN
+        elif self.n_calls >= PAYOFF_MIN_CALLS:
+            self.n_skip, self.next_skip = self.next_skip, min(2 * self.next_skip, PAYOFF_SKIP_MAX)
+            self.gain_s, self.n_calls = 0.0, 0
+
+    def skips(self) -> bool:
+        if self.n_skip > 0:
+            self.n_skip -= 1
+            return True
+        return False

@@ -137,23 +137,23 @@ class Engine:
 
         Equal to llama.cpp's greedy sampler, which also keeps the first of equal maxima.
         """
-        first, last = int(self._out_index[rows[0]]), int(self._out_index[rows[-1]])
-        assert last - first == len(rows) - 1, "rows must be consecutive outputs"
-        ptr = lc.llama_get_logits(self.ctx)
-        logits = np.ctypeslib.as_array(ptr, shape=(self._n_outputs, self.vocab.n_tokens))
-        return logits[first : last + 1].argmax(axis=1).tolist()
+        return self._output_logits(rows).argmax(axis=1).tolist()
 
     def top1(self, rows: list[int]) -> tuple[list[int], list[float]]:
         """Most likely token and its softmax probability at consecutive output ``rows`` (a draft model's pick)."""
-        first, last = int(self._out_index[rows[0]]), int(self._out_index[rows[-1]])
-        assert last - first == len(rows) - 1, "rows must be consecutive outputs"
-        ptr = lc.llama_get_logits(self.ctx)
-        logits = np.ctypeslib.as_array(ptr, shape=(self._n_outputs, self.vocab.n_tokens))[first : last + 1]
+        logits = self._output_logits(rows)
         best = logits.argmax(axis=1)
         top = logits[np.arange(len(rows)), best]
         # In float64: in float32 a tail mass under 6e-8 rounds away and a probability becomes exactly 1.
         p = 1.0 / np.exp((logits - top[:, None]).astype(np.float64)).sum(axis=1)
         return best.tolist(), p.tolist()
+
+    def _output_logits(self, rows: list[int]) -> np.ndarray:
+        """The logits at consecutive output ``rows`` of the last decode, read in place, one row each."""
+        first, last = int(self._out_index[rows[0]]), int(self._out_index[rows[-1]])
+        assert last - first == len(rows) - 1, "rows must be consecutive outputs"
+        ptr = lc.llama_get_logits(self.ctx)
+        return np.ctypeslib.as_array(ptr, shape=(self._n_outputs, self.vocab.n_tokens))[first : last + 1]
 
     def sample(self, sampler, row: int, grammar=None, argmax: bool = False) -> int:
         """Sample (and accept into the sampler, and the grammar if any) the token at output ``row`` of

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from slotserver.draft_costs import PAY_MARGIN, DraftCosts
+from slotserver.draft_costs import PAY_MARGIN, DraftCosts, Payoff
 from slotserver.engine import Engine
 from slotserver.scheduler import BatchEntry, BatchPlan, common_prefix
 from slotserver.stats import Histogram
@@ -82,47 +82,7 @@ class DraftModelStats:
 class _Seq:
     bridge: SameVocab | TextBridge
     cache: list[int] = field(default_factory=list)  # draft tokens whose KV the draft context holds
-    payoff: Payoff = field(default_factory=lambda: Payoff())
-
-
-# The payoff guard: a slot whose draft-model calls lost time on average (EWMA over calls) stops
-# asking for PAYOFF_SKIP_MIN steps, doubling while it keeps losing, up to PAYOFF_SKIP_MAX; then
-# one call probes whether drafting pays again.
-PAYOFF_WEIGHT = 0.3
-PAYOFF_MIN_CALLS = 2
-PAYOFF_SKIP_MIN = 4
-PAYOFF_SKIP_MAX = 256
-
-
-@dataclass(slots=True)
-class Payoff:
-    """Per slot: what its draft-model calls really saved, measured, with ``--spec-draft-when pays``.
-
-    The per-token threshold trusts the draft model's probabilities; this guard checks the outcome:
-    accepted tokens times the time a token costs without drafting, minus the call's time and the
-    verified rows' cost. It catches what the threshold cannot see, such as a confident draft model
-    that is often wrong, or a first draft decode that yields nothing.
-    """
-
-    gain_s: float = 0.0  # EWMA of seconds saved per call (negative: drafting cost time)
-    n_calls: int = 0  # calls since the last skip
-    n_skip: int = 0  # steps still to skip
-    next_skip: int = PAYOFF_SKIP_MIN
-
-    def settle(self, gain_s: float) -> None:
-        self.gain_s = gain_s if self.n_calls == 0 else (1 - PAYOFF_WEIGHT) * self.gain_s + PAYOFF_WEIGHT * gain_s
-        self.n_calls += 1
-        if self.gain_s >= 0:
-            self.next_skip = PAYOFF_SKIP_MIN
-        elif self.n_calls >= PAYOFF_MIN_CALLS:
-            self.n_skip, self.next_skip = self.next_skip, min(2 * self.next_skip, PAYOFF_SKIP_MAX)
-            self.gain_s, self.n_calls = 0.0, 0
-
-    def skips(self) -> bool:
-        if self.n_skip > 0:
-            self.n_skip -= 1
-            return True
-        return False
+    payoff: Payoff = field(default_factory=Payoff)
 
 
 class ModelDrafter:

@@ -34,12 +34,12 @@ from typing import Callable
 from slotserver.apply import Applier
 from slotserver.chain import DraftChain
 from slotserver.chains import ChainSet
+from slotserver.drafting import Drafting
 from slotserver.engine import DecodeError, Engine
 from slotserver.errors import DeadlineExceeded, EngineStopped, GenerationFailed, KvCacheFull, QueueFull, ServerError
 from slotserver.job import Event, Job, Outbox
 from slotserver.lifecycle import SlotLifecycle
 from slotserver.limits import KV_RESERVE, MAX_UNREAD_EVENTS, LimitsConfig
-from slotserver.drafting import Drafting
 from slotserver.model_drafter import ModelDrafter
 from slotserver.persist import Persistence
 from slotserver.scheduler import BatchPlan, DecodeWork, IdleSlot, PrefillWork, pick_slot, plan_batch

@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence
 
+from slotserver.scheduler import common_prefix
+
 VOCAB_MAX_SIZE_DIFFERENCE = 128  # llama.cpp's SPEC_VOCAB_MAX_SIZE_DIFFERENCE
 VOCAB_CHECK_START_TOKEN_ID = 5  # llama.cpp's SPEC_VOCAB_CHECK_START_TOKEN_ID
 
@@ -110,7 +112,7 @@ class TextBridge:
         c = self._conv
         n = len(c.tgt)
         if len(history) < n or list(history[:n]) != c.tgt:
-            n = _common_prefix(c.tgt, history)
+            n = common_prefix(c.tgt, history)
             # A commit at n was made because the old token n started a word; the new one may not.
             while len(c.marks) > 1 and c.marks[-1][0] >= n:
                 c.marks.pop()
@@ -153,14 +155,6 @@ class TextBridge:
             out.append(self.dft_piece(t))
         text = _whole_chars(b"".join(out))
         return self.tgt_tokenize(text.decode("utf-8")) if text else []
-
-
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 def _whole_chars(data: bytes) -> bytes:

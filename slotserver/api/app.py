@@ -23,9 +23,9 @@ from slotserver.api.state import STATE, State
 from slotserver.chain import DraftChain
 from slotserver.chains import ChainSet
 from slotserver.config import ServerConfig
+from slotserver.draft_costs import PAY_MARGIN
 from slotserver.engine import Engine, EngineConfig
 from slotserver.fingerprint import vocab_info
-from slotserver.draft_costs import PAY_MARGIN
 from slotserver.model_drafter import ModelDrafter, calibrate
 from slotserver.persist import Persistence
 from slotserver.runner import Runner
@@ -107,11 +107,11 @@ def _load_draft_model(config: ServerConfig, target: Engine) -> ModelDrafter:
                  engine.description, drafter.mismatch)
     else:
         log.info("draft model %s: same vocabulary as the target: token ids are shared", engine.description)
+    never = "" if dc.when == "always" or drafter.can_pay(1) else \
+        ": never here, so the draft model is not run (--spec-draft-when always runs it)"
     log.info("draft model costs: target step %.1f ms (+%.1f ms per verified row), draft step %.1f ms: c = %.2f; "
-             "a draft token pays above acceptance %.2f (1 slot, with a 10%% margin)%s", costs.t_target_s * 1e3, costs.t_row_s * 1e3,
-             costs.t_draft_s * 1e3, costs.c, costs.threshold(1, 1) * PAY_MARGIN,
-             "" if dc.when == "always" or drafter.can_pay(1) else
-             ": never here, so the draft model is not run (--spec-draft-when always runs it)")
+             "a draft token pays above acceptance %.2f (1 slot, with a 10%% margin)%s", costs.t_target_s * 1e3,
+             costs.t_row_s * 1e3, costs.t_draft_s * 1e3, costs.c, costs.threshold(1, 1) * PAY_MARGIN, never)
     return drafter
 
 
