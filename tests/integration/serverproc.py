@@ -29,7 +29,9 @@ class ServerProcess:
     def __init__(self, argv: list[str], env: dict[str, str] | None = None, port_in_env: bool = False) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: a full pipe would block the server
+        # A file, not a pipe: a full pipe would block the server. Opened to append: the child shares
+        # this file's offset, and ``output`` seeking to 0 must not make the child write over the start.
+        self.log = tempfile.TemporaryFile(mode="a+")
         environ = {**os.environ, **(env or {})}
         port = [] if port_in_env else ["--port", str(self.port)]
         if port_in_env:
