@@ -1,12 +1,18 @@
-"""The draft chain: asks drafters in precedence order, keeps the winner per slot, counts everything.
+"""The draft chain: asks the drafters, keeps the winner per slot, estimates and counts everything.
 
-After llama.cpp ``common_speculative_draft`` / ``common_speculative_accept``: the first drafter that
-returns a non-empty draft for a slot wins that step; after verification the winner hears
-``accept(n, is_other=False)`` and every other drafter ``accept(n, is_other=True)``. Drafters only
-draft; all counting and timing happens here, into ``DrafterStats``, keyed by the drafter's type name.
+After llama.cpp ``common_speculative_draft`` / ``common_speculative_accept``: one drafter's draft
+wins a slot's step; after verification the winner hears ``accept(n, is_other=False)`` and every
+other drafter ``accept(n, is_other=True)``. Drafters only draft; all counting and timing happens
+here, into ``DrafterStats``, keyed by the drafter's type name.
 
-The chain learns from what was verified, not from what was proposed: the batch may cut a draft
-to fit, so ``accept`` is told the verified length, and counters, back-off and the length cap use it.
+Which drafter wins (``--spec-select``): ``precedence`` is llama.cpp's rule, the first drafter in
+registry order with a draft; ``expected`` asks every drafter and takes the draft with the highest
+expected tokens per second under the verify-cost profile (``spec_select.best_rate``), ties going
+by precedence. Without a profile (none measured) the chain falls back to precedence.
+
+The chain keeps the acceptance estimates of ``spec_select`` per (drafter, tag) drafter-wide and
+per slot, and each slot's probes. It learns from what was verified, not from what was proposed:
+the step may cut a draft (cost, batch room), so ``accept`` is told the verified length.
 """
 
 from __future__ import annotations
@@ -16,48 +22,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from ngram.protocol import Drafter
+from slotserver import spec_select as sel
 from slotserver.drafter_types import BY_NAME, DRAFT_MODEL, RANK
 from slotserver.stats import DrafterStats
+from slotserver.verify_costs import VerifyProfile
 
 if TYPE_CHECKING:  # annotations only: the chain stays importable without llama.cpp
     from slotserver.config import SpecConfig
 
-# A verified draft fails when fewer than this share of its tokens (and at least one) was accepted:
-# verifying costs batch time, so a drafter that keeps failing makes generation slower.
-FAIL_RATIO = 0.25
-# After this many failures in a row of one drafter on one slot, the chain stops asking it...
-FAIL_STREAK = 3
-# ...for BACKOFF_MIN draft calls, doubling with every further failed streak up to BACKOFF_MAX.
-BACKOFF_MIN = 8
-BACKOFF_MAX = 512
-# Draft length cap per (slot, drafter), like a congestion window: a request starts at CAP_START,
-# a fully accepted draft doubles the cap, a failed one halves it (not below CAP_MIN). A verified
-# draft token costs about a third of a one-token decode here, so long drafts must earn their length.
-CAP_START = 16
-CAP_MIN = 4
-CAP_MAX = 1024
-
-
-@dataclass(slots=True)
-class Backoff:
-    """Per (slot, drafter): how the drafter's recent drafts fared, how long to draft and when to ask."""
-
-    n_fail: int = 0  # failed drafts in a row
-    n_skip: int = 0  # draft calls still to skip
-    next_skip: int = BACKOFF_MIN
-    cap: int = CAP_START  # longest draft to ask for next
-
-    def update(self, n_draft: int, n_accepted: int) -> None:
-        if n_accepted >= max(1, FAIL_RATIO * n_draft):
-            self.n_fail, self.next_skip = 0, BACKOFF_MIN
-            if n_accepted == n_draft:
-                self.cap = min(2 * n_draft, CAP_MAX)
-            return
-        self.cap = max(n_draft // 2, CAP_MIN)
-        self.n_fail += 1
-        if self.n_fail >= FAIL_STREAK:
-            self.n_skip, self.n_fail = self.next_skip, 0
-            self.next_skip = min(2 * self.next_skip, BACKOFF_MAX)
+SELECT_MODES = ("precedence", "expected")
+Key = tuple[str, str]  # (drafter type name, the drafter's tag for that kind of draft)
 
 
 @dataclass(slots=True)
@@ -68,89 +42,120 @@ class DraftLimits:
     n_min: int = 0  # a shorter draft is dropped
     p_min: float = 0.0  # draft-model confidence cut-off (unused by n-gram drafters)
     types: frozenset[str] | None = None  # allowed drafter types; None = all configured
+    oracle: tuple[int, ...] | None = None  # benchmark only (--spec-oracle): the known greedy continuation
 
 
 class DraftChain:
     """Owned by the engine thread, like the drafters it holds.
 
     ``model``: the draft model (``draft-simple``) comes last in precedence. It drafts for many slots
-    at once, so the runner runs it (``model_budget`` says whether and how far a slot may ask it,
-    ``adopt`` hands its draft back); its wins, failures and back-off are counted here like any drafter's.
+    at once, so the runner runs it (``uses_model`` says whether a request may ask it, ``adopt``
+    hands its draft back); its wins and acceptance are counted here like any drafter's.
+    ``profile``: the verify-cost profile (None: drafts are verified whole, as llama.cpp does).
     """
 
-    def __init__(self, drafters: Sequence[tuple[str, Drafter]], *,
-                 stats: dict[str, DrafterStats] | None = None, model: bool = False) -> None:
+    def __init__(self, drafters: Sequence[tuple[str, Drafter]], *, stats: dict[str, DrafterStats] | None = None,
+                 model: bool = False, select: str = "expected", profile: VerifyProfile | None = None) -> None:
+        if select not in SELECT_MODES:
+            raise ValueError(f"unknown --spec-select mode: {select} (known: {', '.join(SELECT_MODES)})")
         self.drafters = sorted(drafters, key=lambda td: RANK[td[0]])  # (type name, drafter), precedence order
         self.model = model
+        self.select = select
+        self.profile = profile
         # Several chains (one per API key, or per request) may count into one shared stats dict.
         self.stats = stats if stats is not None else {}
         for name in self.types:
             self.stats.setdefault(name, DrafterStats())
-        self._last: dict[int, str | None] = {}  # slot -> type name of the last draft's winner
-        self._backoff: dict[tuple[int, str], Backoff] = {}
+        self._last: dict[int, tuple[Key, int]] = {}  # slot -> the last draft's winner and its length
+        self._global: dict[Key, sel.Counts] = {}  # drafter-wide acceptance
+        self._slot: dict[tuple[int, Key], sel.Counts] = {}  # a slot's acceptance, this request
+        self._probe: dict[tuple[int, Key], sel.Probe] = {}
 
     @classmethod
-    def from_spec(cls, spec: SpecConfig, *, stats: dict[str, DrafterStats] | None = None) -> DraftChain:
+    def from_spec(cls, spec: SpecConfig, *, stats: dict[str, DrafterStats] | None = None,
+                  profile: VerifyProfile | None = None) -> DraftChain:
         drafters = [(name, BY_NAME[name].make(spec)) for name in spec.types if name != DRAFT_MODEL]
-        return cls(drafters, stats=stats, model=DRAFT_MODEL in spec.types)
+        return cls(drafters, stats=stats, model=DRAFT_MODEL in spec.types, select=spec.select, profile=profile)
 
     @property
     def types(self) -> list[str]:
         return [t for t, _ in self.drafters] + ([DRAFT_MODEL] if self.model else [])
 
     def begin(self, slot: int, prompt: Sequence[int]) -> None:
-        self._last[slot] = None
+        self._last.pop(slot, None)
+        for key in [k for k in self._slot if k[0] == slot]:
+            del self._slot[key]
+            self._probe.pop(key, None)
         for name, d in self.drafters:
-            self._backoff[(slot, name)] = Backoff()
             st = self.stats[name]
             t0 = time.perf_counter()
             d.begin(slot, prompt)
             st.t_begin_s.observe(time.perf_counter() - t0)
             st.n_call_begin += 1
         if self.model:
-            self._backoff[(slot, DRAFT_MODEL)] = Backoff()
             self.stats[DRAFT_MODEL].n_call_begin += 1
 
     def draft(self, slot: int, history: Sequence[int], last_token: int, limits: DraftLimits) -> list[int]:
-        self._last[slot] = None
+        """The slot's draft this step from its drafters (the draft model aside), ``[]`` for none."""
+        self._last.pop(slot, None)
         if limits.n_max <= 0:
             return []
+        expected = self.select == "expected" and self.profile is not None
+        best: tuple[float, Key, list[int]] | None = None
         for name, d in self.drafters:
             if limits.types is not None and name not in limits.types:
                 continue
-            n_max = self._allowance(slot, name, limits)
-            if n_max == 0:
-                continue
             st = self.stats[name]
             t0 = time.perf_counter()
-            tokens = d.draft(slot, history, last_token, n_max)
+            tokens = d.draft(slot, history, last_token, limits.n_max)[: limits.n_max]
             st.t_draft_s.observe(time.perf_counter() - t0)
             st.n_call_draft += 1
-            if len(tokens) > n_max:
-                tokens = tokens[:n_max]
             if not tokens or len(tokens) < limits.n_min:
                 continue
-            self._last[slot] = name
-            return tokens
-        return []
+            key = (name, d.draft_tag(slot) if hasattr(d, "draft_tag") else "")
+            if not expected:
+                best = (0.0, key, tokens)
+                break
+            rate = sel.best_rate(self._q(slot, key, len(tokens)), self.profile)
+            if best is None or rate > best[0]:
+                best = (rate, key, tokens)
+        if best is None:
+            return []
+        self._last[slot] = (best[1], len(best[2]))
+        return best[2]
+
+    def confidence(self, slot: int) -> list[float]:
+        """Cumulative acceptance probabilities of the slot's current draft (``spec_select``)."""
+        key, n = self._last.get(slot, (None, 0))
+        return self._q(slot, key, n) if key is not None else []
+
+    def _q(self, slot: int, key: Key, n: int) -> list[float]:
+        glob = self._global.get(key) or sel.Counts()
+        p = glob.probs(None, sel.PRIOR_WEIGHT)
+        own = self._slot.get((slot, key))
+        if own is not None:
+            p = own.probs(p, sel.SLOT_WEIGHT)
+        probe = self._probe.get((slot, key))
+        return sel.cumulative(p, n, sel.PROBE_ROWS if probe is not None and probe.due() else 0)
+
+    def selected(self, slot: int, n: int) -> None:
+        """The step verifies ``n`` tokens of the slot's draft: a draft cut to nothing is a denial
+        (counted as skipped), a verified one while a probe is due is that probe."""
+        last = self._last.get(slot)
+        if last is None:
+            return
+        key = last[0]
+        probe = self._probe.setdefault((slot, key), sel.Probe())
+        if n == 0:
+            probe.denied()
+            self.stats[key[0]].n_skipped += 1
+            self._last.pop(slot)
+        elif probe.due():
+            probe.probing = True
 
     def uses_model(self, limits: DraftLimits) -> bool:
         """Whether a request with ``limits`` may draft with the draft model at all."""
         return self.model and limits.n_max > 0 and (limits.types is None or DRAFT_MODEL in limits.types)
-
-    def model_budget(self, slot: int, limits: DraftLimits) -> int:
-        """How long a draft the draft model may make for ``slot`` now (0: not at all), after the
-        drafters above had none. Call after ``draft``."""
-        return self._allowance(slot, DRAFT_MODEL, limits) if self.uses_model(limits) else 0
-
-    def _allowance(self, slot: int, name: str, limits: DraftLimits) -> int:
-        """How long a draft ``name`` may make for ``slot`` under its back-off (0: skipped this call)."""
-        backoff = self._backoff.setdefault((slot, name), Backoff())
-        if backoff.n_skip > 0:
-            backoff.n_skip -= 1
-            self.stats[name].n_skipped += 1
-            return 0
-        return min(limits.n_max, max(backoff.cap, limits.n_min))
 
     def model_called(self, seconds: float) -> None:
         """The draft model drafted for every asking slot in one call (llama.cpp counts one call for all)."""
@@ -162,29 +167,39 @@ class DraftChain:
         """The draft model's draft for ``slot``: kept (and ``slot``'s winner noted) unless shorter than n_min."""
         if not tokens or len(tokens) < limits.n_min:
             return []
-        self._last[slot] = DRAFT_MODEL
-        return tokens[: limits.n_max]
+        tokens = tokens[: limits.n_max]
+        self._last[slot] = ((DRAFT_MODEL, ""), len(tokens))
+        return tokens
 
     def accept(self, slot: int, n_verified: int, n_accepted: int) -> None:
         """The slot's last draft was verified: ``n_verified`` of its tokens went into the batch
-        (the batch may have cut it) and the first ``n_accepted`` of those were accepted.
+        (the step may have cut it) and the first ``n_accepted`` of those were accepted.
 
-        Counters, back-off and the length cap learn from the verified tokens only.
+        Counters and estimates learn from the verified tokens only.
         """
         assert 0 <= n_accepted <= n_verified
-        winner = self._last.pop(slot, None)
-        if winner is None or n_verified == 0:
+        last = self._last.pop(slot, None)
+        if last is None or n_verified == 0:
             assert n_accepted == 0
             return
+        key = last[0]
+        winner = key[0]
         st = self.stats[winner]
         st.n_gen_drafts += 1
         st.n_gen_tokens += n_verified
-        self._backoff[(slot, winner)].update(n_verified, n_accepted)
+        self._global.setdefault(key, sel.Counts()).update(n_verified, n_accepted, sel.GLOBAL_DECAY)
+        self._slot.setdefault((slot, key), sel.Counts()).update(n_verified, n_accepted, sel.SLOT_DECAY)
+        self._probe.setdefault((slot, key), sel.Probe()).verified(n_verified, n_accepted)
         t0 = time.perf_counter()
         for name, d in self.drafters:
             d.accept(slot, n_accepted, name != winner)
         st.t_accept_s.observe(time.perf_counter() - t0)
         st.add_accepted(n_accepted)
+
+    def estimates(self) -> dict[str, list[float]]:
+        """Drafter-wide acceptance per position bin, per drafter (and tag): for /props."""
+        return {f"{n}:{t}" if t else n: [round(p, 3) for p in c.probs(None, sel.PRIOR_WEIGHT)]
+                for (n, t), c in list(self._global.items())}  # a copy: /props reads while the engine steps
 
     def stats_lines(self) -> list[str]:
         return [st.line(name) for name, st in self.stats.items()]

@@ -38,6 +38,11 @@ class ChainSet:
         self.scope = scope
         self._by_key: dict[str, DraftChain] = {}
 
+    @property
+    def profile(self):
+        """The verify-cost profile every chain selects drafts under (the shared chain's)."""
+        return self.shared.profile
+
     def for_tenant(self, tenant: str) -> DraftChain:
         """The chain a new request of ``tenant`` (an API key's id, "" without keys) drafts with."""
         if self.scope == "shared":
@@ -45,9 +50,10 @@ class ChainSet:
         if self.scope == "per-key":
             chain = self._by_key.get(tenant)
             if chain is None:
-                chain = self._by_key[tenant] = DraftChain.from_spec(self.spec, stats=self.shared.stats)
+                chain = self._by_key[tenant] = DraftChain.from_spec(self.spec, stats=self.shared.stats,
+                                                                    profile=self.profile)
             return chain
-        return DraftChain.from_spec(self.spec, stats=self.shared.stats)
+        return DraftChain.from_spec(self.spec, stats=self.shared.stats, profile=self.profile)
 
     @property
     def n_chains(self) -> int:

@@ -18,11 +18,12 @@ from ngram.cache import NgramCacheConfig
 from ngram.map_state import NgramMapConfig
 from ngram.mod import NgramModConfig
 from slotserver.api.app import create_app
+from slotserver.calibrate import load_or_measure, profile_dir
 from slotserver.api.security import load_api_keys, parse_cors_origins
 from slotserver.api.shutdown import drain
 from slotserver.config import ServerConfig, SpecConfig
 from slotserver.drafter_types import DRAFT_MODEL, parse_types
-from slotserver.engine import EngineConfig
+from slotserver.engine import Engine, EngineConfig
 from slotserver.flags.common import IGNORED as COMMON_IGNORED
 from slotserver.flags.common import add_common_args
 from slotserver.flags.env import env_defaults, normalize_argv
@@ -149,10 +150,17 @@ def spec_config(args: argparse.Namespace) -> SpecConfig:
         mod_file=args.spec_ngram_mod_file,
         ignore_bad_files=args.spec_ignore_bad_files,
         save_interval_s=args.spec_save_interval,
+        select=args.spec_select,
+        profile_dir=args.spec_profile_dir,
+        recalibrate=args.spec_recalibrate,
+        oracle=args.spec_oracle,
     )
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["calibrate"]:
+        return calibrate_main(argv[1:])
     args = parse_args(argv)
     level = "DEBUG" if args.verbose else args.log_level.upper()
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -179,6 +187,28 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"error: {exc}") from None
     if failures:
         raise SystemExit(f"error: {failures[0]}")
+
+
+def calibrate_main(argv: list[str]) -> None:
+    """``slotserver calibrate [server flags]``: measure the verify-cost profile of the model and
+    settings those flags give, cache it where the server will read it, and print it."""
+    args = parse_args(argv)
+    logging.basicConfig(level="INFO", format="%(message)s")
+    try:
+        config = config_from_args(args)
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    engine = Engine(config.engine)
+    try:
+        profile, _ = load_or_measure(engine, profile_dir(config.spec), force=True)
+    finally:
+        engine.close()
+    print(f"verify-cost profile of {engine.description}, {engine.n_threads} threads, depth {profile.depth}:")
+    print(f"{'rows':>5} {'ms':>9} {'ms/row':>8} {'tokens/s if all accepted':>25}")
+    for n, t in zip(profile.rows, profile.t_rows_s):
+        print(f"{n:>5} {t * 1e3:>9.2f} {t * 1e3 / n:>8.2f} {n / t:>25.1f}")
+    print(f"each further sequence {profile.t_seq_s * 1e3:.2f} ms, each prompt row {profile.t_input_row_s * 1e3:.3f} ms, "
+          f"each output row +{profile.t_depth_row_s * 1e6:.3f} ms per 1000 cached tokens")
 
 
 def _exit_run_app() -> None:

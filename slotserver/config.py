@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from ngram.cache import NgramCacheConfig
 from ngram.map_state import NgramMapConfig
 from ngram.mod import NgramModConfig
-from slotserver.chain import DraftLimits
+from slotserver.chain import SELECT_MODES, DraftLimits
 from slotserver.chains import SCOPES
 from slotserver.drafter_types import BY_NAME, DRAFT_MODEL, RANK
 from slotserver.engine import EngineConfig
@@ -36,6 +36,10 @@ class SpecConfig:
     ignore_bad_files: bool = False  # start with empty structures when a file cannot be read
     save_interval_s: float = 300.0  # how often learned structures are saved (and at shutdown)
     draft: DraftModelConfig = field(default_factory=DraftModelConfig)  # the draft model (draft-simple)
+    select: str = "expected"  # --spec-select: which drafter's draft wins a step (chain.py)
+    profile_dir: str = ""  # --spec-profile-dir: where verify-cost profiles are cached ("" = the user's cache)
+    recalibrate: bool = False  # --spec-recalibrate: measure the profile even if one is cached
+    oracle: bool = False  # --spec-oracle (benchmarks only): requests may carry speculative.oracle
 
     def __post_init__(self) -> None:
         for t in self.types:
@@ -43,6 +47,8 @@ class SpecConfig:
                 raise ValueError(f"unknown speculative type: {t}")
         if DRAFT_MODEL in self.types and not self.draft.path:
             raise ValueError(f"--spec-type {DRAFT_MODEL} needs a draft model (-md FNAME)")
+        if self.select not in SELECT_MODES:
+            raise ValueError(f"unknown --spec-select mode: {self.select} (known: {', '.join(SELECT_MODES)})")
         if self.lookup_format not in ("llamacpp", "msgpack"):
             raise ValueError(f"unknown lookup cache format: {self.lookup_format}")
 

@@ -1,10 +1,16 @@
-"""Each step's drafts: the chain's drafters per slot, then the draft model for all the rest at once.
+"""Each step's drafts: the chain's drafters per slot, then the draft model for all the rest at once,
+then how much of each draft the step verifies.
 
 The drafters of a slot's chain are asked in precedence order (``DraftChain.draft``). The draft model
 comes last: it drafts, in one batch per draft decode, for every generating slot still without a
 draft, and mirrors the prompt chunks of prefilling slots into its own context in the same decode.
 It is not run at all in a step where not one of its tokens could pay for itself (``draft_costs``).
-A failure of the draft model costs that step's drafts only. Engine thread only.
+A failure of the draft model costs that step's drafts only.
+
+``select`` then cuts every draft to what pays under the verify-cost profile, across the slots of
+the step (``spec_select.choose``). A request's ``speculative.oracle`` (benchmarks, ``--spec-oracle``)
+drafts the known continuation instead, with certainty: the ceiling of speculation here.
+Engine thread only.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from slotserver.job import Job
 from slotserver.model_drafter import DraftAsk, ModelDrafter
 from slotserver.scheduler import DecodeWork, draft_budget
 from slotserver.slots import Slot
+from slotserver.spec_select import Offer, choose
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +52,31 @@ class Drafting:
         """The slot's draft from its chain's drafters (the draft model aside); may raise."""
         job = slot.job
         n_max = draft_budget(self.engine.n_ctx_slot, len(slot.cache), job.n_remaining, job.limits.n_max)
-        if n_max <= 0 or not slot.chain.drafters:
+        if n_max <= 0:
+            return []
+        if job.limits.oracle is not None:
+            return oracle_draft(job.limits.oracle, job.generated, n_max)
+        if not slot.chain.drafters:
             return []
         return slot.chain.draft(slot.id, slot.cache, slot.sampled, replace(job.limits, n_max=n_max))
+
+    def select(self, generating: list[tuple[Slot, DecodeWork]], n_input: int, room: int) -> None:
+        """Cut each draft to the rows that pay in this step (all of them without a profile)."""
+        profile = self.chain.profile
+        if profile is None or not any(work.draft for _, work in generating):
+            return
+        offers = []
+        for slot, work in generating:
+            if slot.job.limits.oracle is not None:
+                q = [1.0] * len(work.draft)
+            else:
+                q = slot.chain.confidence(slot.id)[: len(work.draft)] if work.draft else []
+            offers.append(Offer(q, len(slot.cache)))
+        counts = choose(offers, profile, n_input=n_input, room=room)
+        for (slot, work), n in zip(generating, counts):
+            if work.draft and slot.job.limits.oracle is None:
+                slot.chain.selected(slot.id, n)
+            del work.draft[n:]
 
     def with_model(self, generating: list[tuple[Slot, DecodeWork]], prefilling: list[Slot]) -> None:
         """Fill in the draft-model drafts of ``generating`` slots that have none; mirror ``prefilling``."""
@@ -103,5 +132,12 @@ class Drafting:
     def _budget(self, slot: Slot) -> int:
         job = slot.job
         n_max = draft_budget(self.engine.n_ctx_slot, len(slot.cache), job.n_remaining, job.limits.n_max)
-        n_max = slot.chain.model_budget(slot.id, replace(job.limits, n_max=n_max))
-        return min(n_max, self.model.config.n_max)
+        return min(n_max, self.model.config.n_max) if slot.chain.uses_model(job.limits) else 0
+
+
+def oracle_draft(oracle: tuple[int, ...], generated: list[int], n_max: int) -> list[int]:
+    """What follows ``generated`` in the known continuation, while the output still follows it."""
+    n = len(generated)
+    if tuple(generated) != oracle[:n]:
+        return []
+    return list(oracle[n : n + n_max])

@@ -24,22 +24,22 @@ State (engine thread only): the draft engine, and per slot the draft tokens whos
 from __future__ import annotations
 
 import logging
-import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from slotserver.calibrate import time_decode
 from slotserver.draft_costs import PAY_MARGIN, DraftCosts, Payoff
 from slotserver.engine import Engine
 from slotserver.scheduler import BatchEntry, BatchPlan, common_prefix
 from slotserver.stats import Histogram
+from slotserver.verify_costs import VerifyProfile
 from slotserver.vocab import Vocab
 from slotserver.vocab_bridge import SameVocab, TextBridge, incompatibility
 
 log = logging.getLogger(__name__)
 
 WHEN = ("pays", "always")
-CALIBRATION_DEPTH = 256  # cached tokens before each timed decode: a typical prompt
 MAX_LAG = 16  # with when = pays, a draft sequence further behind its slot's history is not caught up
 BATCH_SLOTS_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 32, 64)
 
@@ -247,37 +247,19 @@ class ModelDrafter:
         self._seqs.clear()
 
 
-def calibrate(target: Engine, draft: Engine, repeats: int = 7, depth: int = CALIBRATION_DEPTH) -> DraftCosts:
-    """Time one target decode of 1 and of 8 output rows, and one draft decode of 1 row and of one row
-    for each of up to 4 slots, each after ``depth`` cached tokens (median of ``repeats``, after a
-    warm-up; serving then corrects the one-row times). Takes about a second.
+def calibrate(target: VerifyProfile, draft: Engine, repeats: int = 7) -> DraftCosts:
+    """The target's one-row step and per-row cost from its verify-cost profile (one row and eight,
+    after the profile's depth), and one draft decode of 1 row and of one row for each of up to 4
+    slots after as many cached tokens (the fastest of ``repeats``; serving then corrects the one-row
+    times). Takes well under a second.
 
     Eight rows, because a verify batch's cost is not linear in its rows (ggml picks kernels by
     batch size; here 5 rows cost more than 8): eight is a typical verified draft. A depth, because
     a small draft model's step is dominated by attention over its cache sooner than the target's:
     here SmolLM2's step costs 0.5 of Gemma's at an empty cache and 0.8 at 1000 tokens."""
-    t1 = _time(target, 1, 1, repeats, depth)
-    t8 = _time(target, 8, 1, repeats, depth)
+    t1, t8 = target.t_out(1), target.t_out(8)
     n_seq = min(4, draft.config.n_parallel)
-    d1 = _time(draft, 1, 1, repeats, depth)
-    dn = _time(draft, 1, n_seq, repeats, depth) if n_seq > 1 else d1
+    d1 = time_decode(draft, 1, 1, repeats, target.depth)
+    dn = time_decode(draft, 1, n_seq, repeats, target.depth) if n_seq > 1 else d1
     return DraftCosts(t_target_s=t1, t_row_s=max(t8 - t1, 0.0) / 7, t_draft_s=d1,
                       t_draft_row_s=max(dn - d1, 0.0) / max(n_seq - 1, 1))
-
-
-def _time(engine: Engine, n_rows: int, n_seq: int, repeats: int, depth: int) -> float:
-    token = engine.vocab.bos if engine.vocab.bos >= 0 else 0
-    depth = min(depth, engine.n_ctx // n_seq - n_rows - 1, engine.config.n_batch // n_seq)
-    if depth > 0:
-        engine.decode(BatchPlan([BatchEntry(s, 0, [token] * depth, False) for s in range(n_seq)]))
-    plan = BatchPlan([BatchEntry(s, depth, [token] * n_rows, True) for s in range(n_seq)])
-    times = []
-    for _ in range(repeats + 1):
-        t0 = time.perf_counter()
-        engine.decode(plan)
-        times.append(time.perf_counter() - t0)
-        for s in range(n_seq):
-            engine.remove(s, depth)
-    for s in range(n_seq):
-        engine.remove(s, 0)
-    return statistics.median(times[1:])

@@ -29,6 +29,7 @@ FLOAT_ABS_MAX = 1e9  # far beyond any meaningful temperature/penalty, and times 
 N_PROBS_MAX = 100  # n_probs above this (or >= n_vocab) is clamped silently, as llama.cpp caps it; a
 # larger top-n per token is a client bug, and the top-n is computed inside the shared engine step
 SPEC_N_MAX = 1024  # speculative.n_max/n_min: 16x the default n_max; a draft is verified in the shared batch
+ORACLE_MAX = 1 << 20  # speculative.oracle (benchmarks): the known continuation, at most this many tokens
 # Stop strings: llama.cpp has no limit, OpenAI allows 4. 16 covers every chat template's end markers
 # with room to spare; 256 characters covers multi-line markers, and bounds both the automaton built
 # per request (<= 4096 nodes) and the text a stream withholds as a possible partial stop (< 256).
@@ -234,6 +235,12 @@ def parse_spec(body: dict, defaults: DraftLimits | None = None) -> DraftLimits |
         n_min=_number(values, "n_min", defaults.n_min, int, lo=0, hi=SPEC_N_MAX),
         p_min=_number(values, "p_min", defaults.p_min, float, lo=0.0, hi=1.0),
     )
+    oracle = values.get("oracle")
+    if oracle is not None:
+        if not isinstance(oracle, list) or len(oracle) > ORACLE_MAX or not all(
+                type(t) is int and 0 <= t <= INT_MAX for t in oracle):
+            raise BadRequest(f"'speculative.oracle' must be a list of at most {ORACLE_MAX} token ids")
+        limits.oracle = tuple(oracle)
     kind = values.get("type", values.get("types"))
     if kind is not None:
         try:

@@ -160,6 +160,7 @@ class Runner:
 
     # -- called on the engine thread -----------------------------------------------------------
     def _step(self) -> Outbox:
+        t_step = time.perf_counter()
         out: Outbox = []
         self._step_out = out  # kept so that, if the step dies, ``_die`` still delivers what it produced
         self._drain_inbox(out)
@@ -181,6 +182,7 @@ class Runner:
         for slot in self.slots:
             out += Applier.partial(slot)
         self._maybe_save()
+        self.stats.t_step_s += time.perf_counter() - t_step
         return out
 
     def _drain_inbox(self, out: Outbox) -> None:
@@ -282,6 +284,8 @@ class Runner:
         prefilling = sorted((s for s in self.slots if s.state is SlotState.PREFILL), key=lambda s: s.job.t_queued)
         prefills = [PrefillWork(s.id, len(s.cache), s.pending) for s in prefilling]
         self.drafting.with_model(generating, prefilling)
+        room = self.engine.config.n_batch - len(decodes)
+        self.drafting.select(generating, min(sum(len(p.pending) for p in prefills), room), room)
         return decodes, prefills
 
     def _full(self, slot: Slot) -> Outbox:

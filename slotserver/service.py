@@ -128,7 +128,17 @@ class CompletionService:
             check_gbnf(self.vocab.ptr, grammar, req.constraint.field)
             req.sampling = replace(req.sampling, grammar=grammar)
         limits = req.spec if req.spec is not None else cfg.draft_limits
+        if limits.oracle is not None:
+            self._check_oracle(limits.oracle)
         return Job(req, prompt, limits, TextStream(req.stop, req.n_indent))
+
+    def _check_oracle(self, oracle: tuple[int, ...]) -> None:
+        """``speculative.oracle`` is for benchmarks (the ceiling of speculation): only with --spec-oracle,
+        and only ids of this vocabulary, since they are decoded as drafts."""
+        if not self.config.spec.oracle:
+            raise BadRequest("'speculative.oracle' needs a server started with --spec-oracle (benchmarks only)")
+        if not all(self.vocab.is_valid(t) for t in oracle):
+            raise BadRequest(f"'speculative.oracle' has a token id outside the vocabulary of {self.vocab.n_tokens}")
 
     def prepare_chat(self, body: dict, logprobs: int | None = None) -> Job:
         return self.prepare({**body, "prompt": self.render_chat(body)}, logprobs)

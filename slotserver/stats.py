@@ -54,7 +54,7 @@ class DrafterStats:
     n_gen_tokens: int = 0  # draft tokens verified
     n_acc_tokens: int = 0
     n_acc_per_pos: list[int] = field(default_factory=list)  # [i]: drafts whose token i was accepted
-    n_skipped: int = 0  # draft calls the chain skipped because this drafter kept failing
+    n_skipped: int = 0  # drafts not verified at all: not one of their tokens was expected to pay
     t_begin_s: Histogram = field(default_factory=lambda: Histogram(DRAFT_CALL_BUCKETS))
     t_draft_s: Histogram = field(default_factory=lambda: Histogram(DRAFT_CALL_BUCKETS))
     t_accept_s: Histogram = field(default_factory=lambda: Histogram(DRAFT_CALL_BUCKETS))
@@ -111,6 +111,7 @@ class ServerStats:
     n_decode_calls: int = 0
     n_decode_tokens: int = 0
     t_decode_s: float = 0.0
+    t_step_s: float = 0.0  # engine steps that decoded, in all (t_step_s - t_decode_s: our own overhead)
     n_prompt_tokens: int = 0  # prompt tokens decoded (not reused from the cache)
     n_prompt_tokens_cached: int = 0  # prompt tokens reused from the KV cache
     n_prompt_cache_hits: int = 0  # requests that reused at least one cached token

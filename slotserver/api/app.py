@@ -20,6 +20,7 @@ from slotserver.api.middleware import error_middleware, request_limit
 from slotserver.api.routes import setup_routes
 from slotserver.api.security import Policy, cors_headers, security_middleware
 from slotserver.api.state import STATE, State
+from slotserver.calibrate import load_or_measure, profile_dir
 from slotserver.chain import DraftChain
 from slotserver.chains import ChainSet
 from slotserver.config import ServerConfig
@@ -31,6 +32,7 @@ from slotserver.persist import Persistence
 from slotserver.runner import Runner
 from slotserver.service import CompletionService
 from slotserver.stats import ServerStats
+from slotserver.verify_costs import VerifyProfile
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +53,12 @@ def _engine_ctx(on_fatal: Callable[[str], None]):
         async def load_and_run() -> None:
             try:
                 engine = await loop.run_in_executor(None, Engine, config.engine)
+                if chain.types:
+                    chain.profile = await loop.run_in_executor(None, _load_profile, config, engine)
                 model_drafter = None
                 if config.spec.uses_draft_model:
-                    model_drafter = await loop.run_in_executor(None, _load_draft_model, config, engine)
+                    model_drafter = await loop.run_in_executor(None, _load_draft_model, config, engine,
+                                                               chain.profile)
             except Exception as exc:
                 state.load_error = f"could not load the model: {exc}"
                 log.error(state.load_error)
@@ -88,7 +93,7 @@ def _engine_ctx(on_fatal: Callable[[str], None]):
     return engine_ctx
 
 
-def _load_draft_model(config: ServerConfig, target: Engine) -> ModelDrafter:
+def _load_draft_model(config: ServerConfig, target: Engine, profile: VerifyProfile) -> ModelDrafter:
     """The draft model's own context (one sequence per slot, the target's batch sizes), its vocabulary
     checked against the target's, and its cost measured against the target's (docs/drafters.md)."""
     dc = config.spec.draft
@@ -97,7 +102,7 @@ def _load_draft_model(config: ServerConfig, target: Engine) -> ModelDrafter:
                                  n_batch=t.n_batch, n_ubatch=t.n_ubatch, n_threads=dc.n_threads or target.n_threads,
                                  kv_unified=True))
     try:
-        costs = calibrate(target, engine)
+        costs = calibrate(profile, engine)
         drafter = ModelDrafter(engine, target.vocab, dc, costs)
     except Exception:
         engine.close()
@@ -113,6 +118,16 @@ def _load_draft_model(config: ServerConfig, target: Engine) -> ModelDrafter:
              "a draft token pays above acceptance %.2f (1 slot, with a 10%% margin)%s", costs.t_target_s * 1e3,
              costs.t_row_s * 1e3, costs.t_draft_s * 1e3, costs.c, costs.threshold(1, 1) * PAY_MARGIN, never)
     return drafter
+
+
+def _load_profile(config: ServerConfig, engine: Engine) -> VerifyProfile:
+    """The verify-cost profile that decides how much of each draft is verified (docs/drafters.md)."""
+    profile, source = load_or_measure(engine, profile_dir(config.spec), force=config.spec.recalibrate)
+    rows, tps = profile.ceiling()
+    log.info("verify-cost profile (%s): one row %.1f ms, %d rows %.1f ms; a perfect drafter reaches %.0f tokens/s "
+             "at %d rows per step", source, profile.t_rows_s[0] * 1e3, profile.rows[-1], profile.t_rows_s[-1] * 1e3,
+             tps, rows)
+    return profile
 
 
 def _log_fatal(reason: str) -> None:

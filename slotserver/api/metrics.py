@@ -31,6 +31,7 @@ from slotserver.chain import DraftChain
 from slotserver.model_drafter import DraftModelStats
 from slotserver.runner import Runner
 from slotserver.stats import FileStats, Histogram
+from slotserver.verify_costs import VerifyProfile
 
 P = "slotserver_"
 
@@ -73,6 +74,8 @@ def server_families(runner: Runner) -> Iterator[Metric]:
                     [], [([], st.request_s)])
     yield CounterMetricFamily(P + "decode_calls_total", "llama_decode calls of the target model.", st.n_decode_calls)
     yield CounterMetricFamily(P + "decode_seconds_total", "Time spent in llama_decode.", st.t_decode_s)
+    yield CounterMetricFamily(P + "step_seconds_total", "Time of engine steps that decoded, llama_decode included.",
+                              st.t_step_s)
     yield CounterMetricFamily(P + "decode_slots_total", "Slots in each decode batch, summed over decode calls.",
                               st.n_decode_slots)
     yield histogram(P + "decode_batch_tokens", "Tokens per llama_decode call (prompt chunks, sampled and drafts).",
@@ -93,6 +96,17 @@ def server_families(runner: Runner) -> Iterator[Metric]:
                                       drafter.n_resets)
 
 
+def profile_families(profile: VerifyProfile) -> Iterator[Metric]:
+    """The verify-cost profile the server selects drafts under (calibrate.py), as measured."""
+    fam = GaugeMetricFamily(P + "verify_cost_seconds", "Measured llama_decode time of one sequence with this many "
+                            "output rows (the verify-cost profile).", labels=["rows"])
+    for n, t in zip(profile.rows, profile.t_rows_s):
+        fam.add_metric([str(n)], t)
+    yield fam
+    yield GaugeMetricFamily(P + "verify_cost_sequence_seconds", "Measured cost of each further sequence in a decode.",
+                            profile.t_seq_s)
+
+
 def drafter_families(chain: DraftChain) -> Iterator[Metric]:
     """Per drafter implementation (label ``impl``), llama.cpp's ``common_speculative_impl`` counters."""
     stats = list(chain.stats.items())
@@ -103,7 +117,7 @@ def drafter_families(chain: DraftChain) -> Iterator[Metric]:
         "spec_drafts_accepted_total": ("Drafts with at least one accepted token.", "n_acc_drafts"),
         "spec_draft_tokens_total": ("Draft tokens handed to verification.", "n_gen_tokens"),
         "spec_accepted_tokens_total": ("Draft tokens accepted by verification.", "n_acc_tokens"),
-        "spec_skipped_calls_total": ("Draft calls skipped because the drafter kept failing.", "n_skipped"),
+        "spec_skipped_calls_total": ("Drafts not verified at all: not one token was expected to pay.", "n_skipped"),
     }
     families = {name: CounterMetricFamily(P + name, doc, labels=["impl"]) for name, (doc, _) in plain.items()}
     per_pos = CounterMetricFamily(P + "spec_accepted_tokens_per_position_total",
@@ -167,6 +181,8 @@ class StatsCollector(Collector):
             return
         yield from server_families(runner)
         yield from drafter_families(runner.chain)
+        if runner.chain.profile is not None:
+            yield from profile_families(runner.chain.profile)
         if runner.model_drafter is not None:
             yield from draft_model_families(runner.model_drafter.stats)
         yield from file_families(runner.stats.files)

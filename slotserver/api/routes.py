@@ -68,7 +68,10 @@ async def props(request: web.Request) -> web.Response:
         "speculative": {"types": runner.chain.types, "ngram_mod": {
             "n_match": cfg.spec.ngram_mod.n_match, "n_min": cfg.spec.ngram_mod.n_min,
             "n_max": cfg.spec.ngram_mod.n_max},
-            "draft_model": runner.model_drafter.info() if runner.model_drafter is not None else None},
+            "draft_model": runner.model_drafter.info() if runner.model_drafter is not None else None,
+            "select": cfg.spec.select,
+            "verify_profile": runner.chain.profile.as_props() if runner.chain.profile is not None else None,
+            "acceptance": runner.chain.estimates()},
         "bos_token": vocab.piece(vocab.bos, True).decode(errors="replace"),
         "eos_token": vocab.piece(vocab.eos, True).decode(errors="replace"),
         "build_info": "slotserver",

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
+
 from ngram.cache import DYNAMIC_MAX_BYTES
+from slotserver.chain import SELECT_MODES
 from slotserver.chains import SCOPES
 from slotserver.drafter_types import DRAFT_MODEL, SPEC_TYPES
 from slotserver.flags.env import add_flag
@@ -91,3 +94,19 @@ def _own_args(g) -> None:
     g.add_argument("--spec-learning", default="shared", choices=SCOPES,
                    help="slotserver: who drafters learn from: every request (shared, saved to files), requests of "
                         "the same API key (per-key), or only the request itself (per-request); see docs/operations.md")
+    _selection_args(g)
+
+
+def _selection_args(g) -> None:
+    """slotserver's own: what a draft is worth here (docs/drafters.md#expected-value-drafting)."""
+    g.add_argument("--spec-select", default="expected", choices=SELECT_MODES,
+                   help="slotserver: which drafter's draft a step verifies: the one with the most expected tokens "
+                        "per second under the measured verify costs (expected), or llama-server's fixed order "
+                        "(precedence); either way only as many draft tokens as pay are verified")
+    g.add_argument("--spec-profile-dir", default="", metavar="DIR",
+                   help="slotserver: where the measured verify-cost profile is cached, per model file, threads "
+                        "and batch sizes (default: $XDG_CACHE_HOME/slotserver or ~/.cache/slotserver)")
+    g.add_argument("--spec-recalibrate", action="store_true",
+                   help="slotserver: measure the verify-cost profile at start-up even if one is cached "
+                        "('slotserver calibrate' measures and prints it)")
+    g.add_argument("--spec-oracle", action="store_true", help=argparse.SUPPRESS)  # benchmarks only: bench.py

@@ -1,23 +1,12 @@
-"""The draft chain's draft-model entry (draft-simple): precedence, budget, back-off, adoption, counting."""
+"""The draft chain's draft-model entry (draft-simple): precedence, adoption, counting."""
 
 from __future__ import annotations
 
-from slotserver.chain import BACKOFF_MIN, CAP_MIN, CAP_START, FAIL_STREAK, DraftChain, DraftLimits
+from slotserver.chain import DraftChain, DraftLimits
 from slotserver.stats import DrafterStats
 from tests.slotserver.test_chain import Fixed
 
 DS = "draft-simple"
-
-
-def failed_model_drafts(chain: DraftChain, slot: int, limits: DraftLimits, n: int) -> list[int]:
-    """``n`` draft-model drafts of the full budget, none accepted; the budgets asked for."""
-    budgets = []
-    for _ in range(n):
-        budget = chain.model_budget(slot, limits)
-        budgets.append(budget)
-        chain.adopt(slot, [7] * budget, limits)
-        chain.accept(slot, budget, 0)
-    return budgets
 
 
 def test_the_draft_model_comes_last_in_types_and_statistics():
@@ -36,30 +25,6 @@ def test_uses_model_follows_the_allowed_types_and_n_max():
     assert chain.uses_model(DraftLimits(types=frozenset())) is False
     assert chain.uses_model(DraftLimits(n_max=0)) is False
     assert DraftChain([]).uses_model(DraftLimits()) is False
-    assert chain.model_budget(0, DraftLimits(types=frozenset({"ngram-mod"}))) == 0
-
-
-def test_model_budget_starts_at_the_cap_within_the_request_limits():
-    chain = DraftChain([], model=True)
-    chain.begin(0, [1])
-    assert chain.model_budget(0, DraftLimits(n_max=64)) == CAP_START
-    assert chain.model_budget(0, DraftLimits(n_max=5)) == 5
-    assert chain.model_budget(0, DraftLimits(n_max=64, n_min=20)) == 20  # n_min lifts the cap
-    assert chain.model_budget(0, DraftLimits(n_max=0)) == 0
-
-
-def test_a_failing_draft_model_is_skipped_with_backoff_on_that_slot_only():
-    chain = DraftChain([], model=True)
-    chain.begin(0, [1])
-    limits = DraftLimits(n_max=64)
-    assert failed_model_drafts(chain, 0, limits, FAIL_STREAK) == [16, 8, 4]  # the cap halves each time
-    assert [chain.model_budget(0, limits) for _ in range(BACKOFF_MIN)] == [0] * BACKOFF_MIN
-    st = chain.stats[DS]
-    assert (st.n_skipped, st.n_gen_drafts, st.n_gen_tokens, st.n_acc_tokens) == (BACKOFF_MIN, 3, 28, 0)
-    assert chain.model_budget(0, limits) == CAP_MIN  # asked again after the pause
-    assert chain.model_budget(1, limits) == CAP_START  # another slot never failed
-    chain.begin(0, [2])  # a new request forgets the back-off
-    assert chain.model_budget(0, limits) == CAP_START
 
 
 def test_adopt_drops_drafts_shorter_than_n_min_and_cuts_to_n_max():

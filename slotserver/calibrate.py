@@ -1,0 +1,154 @@
+"""Measuring the verify-cost profile (``verify_costs.py``) with the loaded target, and caching it.
+
+At start-up, when speculation is on, the server reads the profile cached for this model file, these
+threads and these batch sizes, or measures it (a few seconds, progress in the log) and caches it.
+``slotserver calibrate [flags]`` measures again and prints the table. The context size is not part
+of the key: a decode's cost depends on the cells in use, which the depth term models, not on the
+cells allocated.
+
+The cache is one JSON file per key under ``--spec-profile-dir`` (default ``$XDG_CACHE_HOME/slotserver``
+or ``~/.cache/slotserver``), written atomically; a file that does not parse is measured over.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from slotserver.engine import Engine
+from slotserver.scheduler import BatchEntry, BatchPlan
+from slotserver.verify_costs import VerifyProfile
+
+log = logging.getLogger(__name__)
+
+PROFILE_FORMAT = 1  # bump when what is measured changes: old cache files are then measured over
+DEPTH = 256  # cached tokens before each timed decode: a typical prompt
+DEEP = 1024  # a second depth, for the attention term
+ROWS = (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64)  # ggml's kernels change with the batch size
+N_SEQS = 4  # the per-sequence term: this many sequences of one row against one of this many rows
+
+
+def repeats_for(n_rows: int) -> int:
+    """More runs where a decode is short (noisier, and cheap to repeat)."""
+    return 4 if n_rows <= 8 else 2
+
+
+def time_decode(engine: Engine, n_rows: int, n_seq: int, repeats: int, depth: int, seq0: int = 0) -> float:
+    """Seconds of one decode of ``n_rows`` output rows in each of ``n_seq`` sequences (ids from
+    ``seq0``) after ``depth`` cached tokens each: the fastest of ``repeats`` runs after a warm-up, since
+    whatever else runs on the machine only ever adds time (one busy moment made a 32-row decode
+    cost 1.2 s instead of 0.2 s). Leaves the sequences empty."""
+    token = engine.vocab.bos if engine.vocab.bos >= 0 else 0
+    seqs = range(seq0, seq0 + n_seq)
+    depth = max(0, min(depth, engine.n_ctx // n_seq - n_rows - 1, engine.config.n_batch // n_seq))
+    if depth > 0:
+        engine.decode(BatchPlan([BatchEntry(s, 0, [token] * depth, False) for s in seqs]))
+    plan = BatchPlan([BatchEntry(s, depth, [token] * n_rows, True) for s in seqs])
+    times = []
+    for _ in range(repeats + 1):
+        t0 = time.perf_counter()
+        engine.decode(plan)
+        times.append(time.perf_counter() - t0)
+        for s in seqs:
+            engine.remove(s, depth)
+    for s in seqs:
+        engine.remove(s, 0)
+    return min(times[1:])
+
+
+def measure(engine: Engine, progress=log.info) -> VerifyProfile:
+    """The profile of ``engine``'s model and context. Needs an empty KV cache; leaves it empty."""
+    room = min(engine.config.n_batch, engine.n_ctx_slot - DEEP - 2)
+    rows = tuple(r for r in ROWS if r <= room) or (1,)
+    t_rows = []
+    for i, n in enumerate(rows):
+        t_rows.append(time_decode(engine, n, 1, repeats_for(n), DEPTH))
+        progress("calibrating verify costs (%d/%d): %d output rows: %.1f ms", i + 1, len(rows) + 2, n,
+                 t_rows[-1] * 1e3)
+    n_seqs = min(N_SEQS, engine.config.n_parallel)
+    t_seq = 0.0
+    if n_seqs > 1:
+        t_multi = time_decode(engine, 1, n_seqs, 4, 0)
+        t_single = time_decode(engine, n_seqs, 1, 4, 0)
+        t_seq = max(t_multi - t_single, 0.0) / (n_seqs - 1)
+    progress("calibrating verify costs (%d/%d): %.2f ms per further sequence", len(rows) + 1, len(rows) + 2,
+             t_seq * 1e3)
+    t_input, t_depth = _depth_terms(engine, dict(zip(rows, t_rows)))
+    progress("calibrating verify costs (%d/%d): %.3f ms per prompt row, %.2f ms per 1000 cached tokens "
+             "per output row", len(rows) + 2, len(rows) + 2, t_input * 1e3, t_depth * 1e6)
+    return VerifyProfile(rows, tuple(t_rows), t_seq, t_input, t_depth, DEPTH)
+
+
+def _depth_terms(engine: Engine, t_rows: dict[int, float]) -> tuple[float, float]:
+    """(seconds per prompt row, seconds per output row per cached token): a timed prompt of DEEP
+    tokens, then 8 output rows after it against the same at DEPTH."""
+    n_rows = 8 if 8 in t_rows else max(t_rows)
+    deep = min(DEEP, engine.n_ctx_slot - n_rows - 2, engine.config.n_batch)
+    if deep <= DEPTH:
+        return 0.0, 0.0
+    token = engine.vocab.bos if engine.vocab.bos >= 0 else 0
+    t0 = time.perf_counter()
+    engine.decode(BatchPlan([BatchEntry(0, 0, [token] * deep, False)]))
+    t_input = (time.perf_counter() - t0) / deep
+    engine.remove(0, 0)
+    t_deep = time_decode(engine, n_rows, 1, 2, deep)
+    return t_input, max(t_deep - t_rows[n_rows], 0.0) / (n_rows * (deep - DEPTH))
+
+
+def cache_key(engine: Engine) -> dict:
+    """What the profile depends on: the model file, the library, threads and batch sizes."""
+    path = Path(engine.config.model_path).resolve()
+    st = path.stat()
+    try:
+        lib = version("llama_cpp_python")
+    except PackageNotFoundError:
+        lib = "unknown"
+    c = engine.config
+    return {"format": PROFILE_FORMAT, "model": str(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+            "llama_cpp_python": lib, "n_threads": engine.n_threads, "n_batch": c.n_batch, "n_ubatch": c.n_ubatch,
+            "n_parallel": c.n_parallel}
+
+
+def default_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "slotserver"
+
+
+def profile_dir(spec) -> Path:
+    """The cache directory a ``SpecConfig`` asks for (``--spec-profile-dir``, or the user's cache)."""
+    return Path(spec.profile_dir) if spec.profile_dir else default_dir()
+
+
+def cache_path(directory: Path, key: dict) -> Path:
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return directory / f"verify-profile-{digest}.json"
+
+
+def load_or_measure(engine: Engine, directory: Path | None, *, force: bool = False) -> tuple[VerifyProfile, str]:
+    """The cached profile for ``engine`` (measured and cached if there is none, or ``force``), and
+    where it came from ("cached PATH" or "measured")."""
+    key = cache_key(engine)
+    path = cache_path(directory, key) if directory is not None else None
+    if path is not None and not force and path.exists():
+        try:
+            data = json.loads(path.read_text())
+            if data.get("key") == key:
+                return VerifyProfile.from_dict(data["profile"]), f"cached {path}"
+        except (OSError, ValueError, KeyError, TypeError):
+            log.warning("verify-cost profile %s is unreadable; measuring again", path)
+    log.info("measuring the verify-cost profile of this model on this machine (a few seconds, cached after)")
+    profile = measure(engine)
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_text(json.dumps({"key": key, "profile": profile.to_dict()}, indent=1))
+            os.replace(tmp, path)
+        except OSError as exc:
+            log.warning("could not cache the verify-cost profile in %s: %s", path, exc)
+    return profile, "measured"

@@ -1,0 +1,153 @@
+"""Expected-value drafting: how likely each draft token is to be accepted, and how many to verify.
+
+**Acceptance estimates.** A draft's i-th token is accepted only if every token before it was; what
+we estimate per position is that conditional probability, per drafter (and per kind of draft a
+drafter tells apart, its tag) and per slot. Positions are pooled in bins that double in width
+(0, 1, 2-3, 4-7, ... 64+). A bin without data of its own borrows the bin before it: once the first
+positions of a drafter's drafts keep being accepted, its later positions are trusted as far, so
+draft lengths grow as fast as the evidence allows. A slot's estimate leans on the drafter's
+estimate over all slots (``SLOT_WEIGHT`` tokens' worth), which leans on ``PRIOR_P``. Older outcomes
+fade (``*_DECAY`` per verified draft): acceptance changes within an answer.
+
+**Selection.** Each generating slot offers its draft with the cumulative probabilities q_1 >= q_2
+>= ... (q_i = chance that the first i draft tokens are all accepted, so verifying token i yields
+q_i tokens in expectation). The step verifies the rows with the highest q first, across all slots,
+as long as the expected tokens of the step per second of its estimated duration (the verify-cost
+profile) still grows: rows go where they buy the most, and a draft that does not pay is not
+verified at all.
+
+**Probes.** A slot whose drafts of a kind keep being cut to nothing would never learn that they
+started paying; after ``PROBE_MIN`` denials in a row (doubling while probes fail, up to
+``PROBE_MAX``) its next draft of that kind is verified for ``PROBE_ROWS`` tokens regardless.
+
+Pure code, no llama.cpp: the chain keeps the estimates, ``drafting.py`` runs the selection.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from slotserver.verify_costs import VerifyProfile
+
+BIN_EDGES = (1, 2, 4, 8, 16, 32, 64)  # bin b holds draft positions [BIN_EDGES[b-1], BIN_EDGES[b])
+N_BINS = len(BIN_EDGES) + 1
+PRIOR_P = 0.7  # a first position nobody has seen verified: short drafts pay at this on this CPU
+PRIOR_WEIGHT = 2.0  # tokens' worth of the prior (or the bin before) in a drafter-wide bin
+SLOT_WEIGHT = 4.0  # tokens' worth of the drafter-wide estimate in a slot's bin
+GLOBAL_DECAY = 0.98  # per verified draft, drafter-wide
+SLOT_DECAY = 0.85  # per verified draft of the slot
+PROBE_MIN = 4
+PROBE_MAX = 256
+PROBE_ROWS = 4
+
+
+def bin_of(pos: int) -> int:
+    return bisect.bisect_right(BIN_EDGES, pos)
+
+
+@dataclass(slots=True)
+class Counts:
+    """Decayed per-bin counts of draft positions verified (``tried``) and accepted (``acc``).
+
+    A position counts as tried only if every position before it was accepted: the first rejected
+    position is the last one tried (what follows it says nothing about the conditional probability).
+    """
+
+    acc: list[float] = field(default_factory=lambda: [0.0] * N_BINS)
+    tried: list[float] = field(default_factory=lambda: [0.0] * N_BINS)
+
+    def update(self, n_verified: int, n_accepted: int, decay: float) -> None:
+        acc, tried = self.acc, self.tried
+        for b in range(N_BINS):
+            acc[b] *= decay
+            tried[b] *= decay
+        for pos in range(min(n_accepted + 1, n_verified)):
+            b = bin_of(pos)
+            tried[b] += 1.0
+            if pos < n_accepted:
+                acc[b] += 1.0
+
+    def probs(self, prior: Sequence[float] | None, weight: float) -> list[float]:
+        """Per bin, the acceptance rate shrunk towards ``prior[b]`` (None: towards the bin before,
+        the first towards ``PRIOR_P``) by ``weight`` tokens."""
+        out: list[float] = []
+        for b in range(N_BINS):
+            p0 = prior[b] if prior is not None else (out[-1] if out else PRIOR_P)
+            out.append((self.acc[b] + weight * p0) / (self.tried[b] + weight))
+        return out
+
+
+def cumulative(p_bins: Sequence[float], n: int, n_sure: int = 0) -> list[float]:
+    """q_1..q_n for a draft of ``n`` tokens; the first ``n_sure`` count as certain (a probe)."""
+    out, q = [], 1.0
+    for pos in range(n):
+        if pos >= n_sure:
+            q *= p_bins[bin_of(pos)]
+        out.append(q)
+    return out
+
+
+@dataclass(slots=True)
+class Probe:
+    """Per (slot, drafter, tag): drafts cut to nothing in a row, and when to verify one anyway."""
+
+    n_denied: int = 0
+    next_at: int = PROBE_MIN
+    probing: bool = False  # the draft being verified is a probe
+
+    def due(self) -> bool:
+        return self.n_denied >= self.next_at
+
+    def denied(self) -> None:
+        self.n_denied += 1
+
+    def verified(self, n_verified: int, n_accepted: int) -> None:
+        if self.probing:
+            ok = n_accepted >= min(n_verified, PROBE_ROWS)
+            self.next_at = PROBE_MIN if ok else min(2 * self.next_at, PROBE_MAX)
+        self.n_denied, self.probing = 0, False
+
+
+def best_rate(q: Sequence[float], profile: VerifyProfile) -> float:
+    """Expected tokens per second of a one-slot step verifying the best prefix of a draft with
+    cumulative probabilities ``q``: how one drafter's offer compares with another's."""
+    tokens, best = 1.0, 1.0 / profile.step(1)
+    for k, qk in enumerate(q, 1):
+        tokens += qk
+        best = max(best, tokens / profile.step(1 + k))
+    return best
+
+
+@dataclass(slots=True)
+class Offer:
+    q: list[float]  # cumulative acceptance probability of each draft token, non-increasing
+    depth: int  # tokens the slot has cached (attention cost of its rows)
+
+
+def choose(offers: Sequence[Offer], profile: VerifyProfile, *, n_input: int = 0, room: int | None = None) -> list[int]:
+    """How many draft tokens of each offer to verify in one step (see the module docstring).
+
+    Every offer's slot decodes its sampled token anyway; ``n_input`` prompt rows share the step;
+    ``room`` caps the draft rows (the batch). Ties go to fewer rows.
+    """
+    n = len(offers)
+    if n == 0:
+        return []
+    items = sorted(((-qk, pos, i) for i, o in enumerate(offers) for pos, qk in enumerate(o.q)))
+    if room is not None:
+        items = items[: max(room, 0)]
+    depth_rows = float(sum(o.depth - profile.depth for o in offers))
+    tokens = float(n)
+    best_k, best = 0, tokens / profile.step(n, n, n_input, depth_rows)
+    for k, (neg_q, _, i) in enumerate(items, 1):
+        tokens -= neg_q
+        depth_rows += offers[i].depth - profile.depth
+        rate = tokens / profile.step(n + k, n, n_input, depth_rows)
+        if rate > best:
+            best_k, best = k, rate
+    counts = [0] * n
+    for _, _, i in items[:best_k]:
+        counts[i] += 1
+    return counts

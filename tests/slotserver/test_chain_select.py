@@ -1,0 +1,114 @@
+"""The chain's estimates and drafter choice (--spec-select), on fake drafters and a fixed profile."""
+
+from __future__ import annotations
+
+import pytest
+
+from slotserver import spec_select as sel
+from slotserver.chain import DraftChain, DraftLimits
+from tests.slotserver.test_chain import Fixed
+from tests.slotserver.test_spec_select import GEMMA
+
+LIMITS = DraftLimits(n_max=16)
+
+
+class Tagged(Fixed):
+    """Tells the chain which kind of draft it made, as ngram-mod's pool and cold drafts."""
+
+    def __init__(self, tokens, tag):
+        super().__init__(tokens)
+        self.tag = tag
+
+    def draft_tag(self, slot):
+        return self.tag
+
+
+def run(chain, slot, n_accepted_of):
+    """One step: draft, verify it whole, accept ``n_accepted_of(len(draft))``."""
+    draft = chain.draft(slot, [1], 1, LIMITS)
+    chain.accept(slot, len(draft), n_accepted_of(len(draft)))
+    return draft
+
+
+def test_estimates_rise_with_accepted_drafts_and_fall_with_rejected_ones():
+    chain = DraftChain([("ngram-mod", Fixed(list(range(16))))], profile=GEMMA)
+    chain.begin(0, [1])
+    chain.draft(0, [1], 1, LIMITS)
+    q0 = chain.confidence(0)
+    assert q0[0] == pytest.approx(sel.PRIOR_P) and len(q0) == 16
+    chain.accept(0, 16, 16)
+    for _ in range(5):
+        run(chain, 0, lambda n: n)
+    chain.draft(0, [1], 1, LIMITS)
+    assert chain.confidence(0)[15] > 0.9 > q0[15]
+    chain.accept(0, 16, 16)
+    for _ in range(5):
+        run(chain, 0, lambda n: 0)
+    chain.draft(0, [1], 1, LIMITS)
+    assert chain.confidence(0)[0] < 0.5
+
+
+def test_expected_mode_takes_the_drafter_with_the_better_record_precedence_does_not():
+    good, bad = Fixed([5] * 16), Fixed([7] * 16)
+    # ngram-simple comes first in precedence; here it is the one whose drafts fail.
+    for select, want in (("expected", [5] * 16), ("precedence", [7] * 16)):
+        chain = DraftChain([("ngram-simple", bad), ("ngram-mod", good)], select=select, profile=GEMMA)
+        chain.begin(0, [1])
+        for key, n_acc in ((("ngram-simple", ""), 0), (("ngram-mod", ""), 16)):
+            chain._global[key] = sel.Counts()
+            for _ in range(10):
+                chain._global[key].update(16, n_acc, 1.0)
+        assert chain.draft(0, [1], 1, LIMITS) == want
+        chain.accept(0, 16, 16 if want == [5] * 16 else 0)
+        assert bad.accepted[-1][1] is (want == [5] * 16)  # the loser hears it as another's draft
+
+
+def test_without_a_profile_expected_falls_back_to_precedence():
+    chain = DraftChain([("ngram-simple", Fixed([7])), ("ngram-mod", Fixed([5]))], select="expected")
+    assert chain.draft(0, [1], 1, LIMITS) == [7]
+    with pytest.raises(ValueError):
+        DraftChain([], select="fastest")
+
+
+def test_tags_keep_separate_estimates():
+    d = Tagged([3] * 8, "pool")
+    chain = DraftChain([("ngram-mod", d)], profile=GEMMA)
+    chain.begin(0, [1])
+    for _ in range(6):
+        run(chain, 0, lambda n: n)
+    d.tag = "cold"
+    chain.draft(0, [1], 1, LIMITS)
+    assert chain.confidence(0)[0] == pytest.approx(sel.PRIOR_P)  # nothing known of cold drafts yet
+    assert set(chain.estimates()) == {"ngram-mod:pool"}
+
+
+def test_drafts_cut_to_nothing_are_skipped_then_probed():
+    chain = DraftChain([("ngram-mod", Fixed([4] * 8))], profile=GEMMA)
+    chain.begin(0, [1])
+    for _ in range(4):
+        run(chain, 0, lambda n: 0)  # the slot's drafts fail: its estimates fall
+    for _ in range(sel.PROBE_MIN):
+        chain.draft(0, [1], 1, LIMITS)
+        assert chain.confidence(0)[0] < 0.5
+        chain.selected(0, 0)  # the step verified none of it
+        chain.accept(0, 0, 0)
+    assert chain.stats["ngram-mod"].n_skipped == sel.PROBE_MIN
+    chain.draft(0, [1], 1, LIMITS)
+    assert chain.confidence(0)[: sel.PROBE_ROWS] == [1.0] * sel.PROBE_ROWS  # a probe is due
+    chain.selected(0, sel.PROBE_ROWS)
+    chain.accept(0, sel.PROBE_ROWS, 0)  # the probe failed: the next one waits twice as long
+    assert chain._probe[(0, ("ngram-mod", ""))].next_at == 2 * sel.PROBE_MIN
+
+
+def test_begin_forgets_the_slot_but_not_the_drafter():
+    chain = DraftChain([("ngram-mod", Fixed([4] * 8))], profile=GEMMA)
+    chain.begin(0, [1])
+    for _ in range(4):
+        run(chain, 0, lambda n: 0)
+    chain.draft(0, [1], 1, LIMITS)
+    slot_q = chain.confidence(0)[0]
+    chain.accept(0, 0, 0)
+    chain.begin(0, [2])
+    chain.draft(0, [1], 1, LIMITS)
+    q = chain.confidence(0)[0]
+    assert slot_q < q < sel.PRIOR_P  # the drafter-wide record stays, the slot's own is gone

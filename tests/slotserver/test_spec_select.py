@@ -1,0 +1,115 @@
+"""Expected-value drafting, pure: the verify-cost profile, acceptance estimates, and the selection
+against a brute-force search over every way to cut the step's drafts."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slotserver import spec_select as sel
+from slotserver.verify_costs import MIN_STEP_SHARE, VerifyProfile
+
+# Shaped like Gemma 3 270M on this CPU (ms): a first row is dear, further rows cheaper, 5 > 8.
+GEMMA = VerifyProfile(rows=(1, 2, 4, 5, 8, 16, 32), t_rows_s=(0.0176, 0.025, 0.0475, 0.08, 0.0746, 0.132, 0.2507),
+                      t_seq_s=0.002, t_input_row_s=0.003, t_depth_row_s=1e-6, depth=256)
+
+
+def test_profile_interpolates_extrapolates_and_floors():
+    assert GEMMA.t_out(1) == 0.0176 and GEMMA.t_out(0) == 0.0176
+    assert GEMMA.t_out(3) == pytest.approx((0.025 + 0.0475) / 2)
+    assert GEMMA.t_out(64) == pytest.approx(0.2507 + (0.2507 - 0.132) * 2)  # the last slope
+    assert GEMMA.step(2, 2, 10, 100) == pytest.approx(0.025 + 0.002 + 0.03 + 1e-4)
+    assert GEMMA.step(1, depth_rows=-1e9) == MIN_STEP_SHARE * 0.0176
+    assert GEMMA.ceiling() == (32, pytest.approx(32 / 0.2507))
+    assert VerifyProfile.from_dict(GEMMA.to_dict()) == GEMMA
+    with pytest.raises(ValueError):
+        VerifyProfile(rows=(2, 4), t_rows_s=(1.0, 2.0), t_seq_s=0, t_input_row_s=0, t_depth_row_s=0, depth=0)
+    with pytest.raises(ValueError):
+        VerifyProfile(rows=(1, 2), t_rows_s=(1.0,), t_seq_s=0, t_input_row_s=0, t_depth_row_s=0, depth=0)
+
+
+def test_counts_stop_at_the_first_rejection_and_decay():
+    c = sel.Counts()
+    c.update(8, 3, 1.0)  # positions 0,1,2 accepted, 3 rejected; 4..7 say nothing
+    assert c.tried[:4] == [1.0, 1.0, 2.0, 0.0] and c.acc[:4] == [1.0, 1.0, 1.0, 0.0]
+    c.update(2, 2, 0.5)
+    assert c.tried[:3] == [1.5, 1.5, 1.0] and c.acc[:3] == [1.5, 1.5, 0.5]
+    assert [sel.bin_of(p) for p in (0, 1, 2, 3, 4, 7, 8, 63, 64, 1000)] == [0, 1, 2, 2, 3, 3, 4, 6, 7, 7]
+
+
+def test_empty_bins_borrow_the_bin_before_and_slots_lean_on_the_drafter():
+    c = sel.Counts()
+    assert c.probs(None, 2.0) == [sel.PRIOR_P] * sel.N_BINS
+    for _ in range(20):
+        c.update(4, 4, 1.0)  # positions 0..3 always accepted, never anything further
+    p = c.probs(None, 2.0)
+    assert p[0] > 0.95 and p[3:] == [p[2]] * (sel.N_BINS - 3)  # later positions trusted as far
+    own = sel.Counts()
+    own.update(1, 0, 1.0)  # this slot's one draft failed at once
+    mine = own.probs(p, sel.SLOT_WEIGHT)
+    assert mine[0] == pytest.approx((0 + sel.SLOT_WEIGHT * p[0]) / (1 + sel.SLOT_WEIGHT)) and mine[1] == p[1]
+
+
+def test_cumulative_and_probe_certainty():
+    p = [0.5] * sel.N_BINS
+    assert sel.cumulative(p, 3) == [0.5, 0.25, 0.125]
+    assert sel.cumulative(p, 3, n_sure=2) == [1.0, 1.0, 0.5]
+
+
+def test_probe_doubles_while_failing_and_resets_on_success():
+    pr = sel.Probe()
+    for _ in range(sel.PROBE_MIN):
+        assert not pr.due()
+        pr.denied()
+    assert pr.due()
+    pr.probing = True
+    pr.verified(sel.PROBE_ROWS, 0)
+    assert (pr.n_denied, pr.next_at) == (0, 2 * sel.PROBE_MIN)
+    pr.probing = True
+    pr.verified(sel.PROBE_ROWS, sel.PROBE_ROWS)
+    assert pr.next_at == sel.PROBE_MIN
+
+
+def rate(offers, counts, profile, n_input=0):
+    n = len(offers)
+    tokens = n + sum(sum(o.q[:k]) for o, k in zip(offers, counts))
+    depth_rows = sum(o.depth - profile.depth for o in offers) + sum(k * (o.depth - profile.depth)
+                                                                      for o, k in zip(offers, counts))
+    return tokens / profile.step(n + sum(counts), n, n_input, depth_rows)
+
+
+def q_lists():
+    """Non-increasing cumulative probabilities of a draft of up to 6 tokens."""
+    return st.lists(st.floats(0.0, 1.0), max_size=6).map(
+        lambda ps: [q for q in itertools.accumulate(ps, lambda a, b: a * b)])
+
+
+@settings(max_examples=300, deadline=None)
+@given(qs=st.lists(q_lists(), min_size=1, max_size=3), n_input=st.integers(0, 20))
+def test_choose_finds_the_best_cut_of_every_draft(qs, n_input):
+    """With every slot at the profile's depth the cost depends on the row count only, so the best
+    cut for k rows takes the k most likely tokens: choose must reach the brute-force optimum."""
+    offers = [sel.Offer(q, GEMMA.depth) for q in qs]
+    counts = sel.choose(offers, GEMMA, n_input=n_input)
+    best = max(rate(offers, c, GEMMA, n_input) for c in itertools.product(*(range(len(q) + 1) for q in qs)))
+    assert rate(offers, counts, GEMMA, n_input) == pytest.approx(best)
+    assert all(0 <= c <= len(q) for c, q in zip(counts, qs))
+
+
+def test_choose_verifies_sure_drafts_to_the_best_length_and_nothing_unlikely():
+    sure = max(range(65), key=lambda k: (1 + k) / GEMMA.t_out(1 + k))  # the best rows per second
+    assert sel.choose([sel.Offer([1.0] * 64, 256)], GEMMA) == [sure]
+    assert sel.choose([sel.Offer([1.0] * 3, 256)], GEMMA) == [3]  # 4 rows beat 1, though 5 would cost more
+    assert sel.choose([sel.Offer([0.2, 0.04], 256)], GEMMA) == [0]  # a 20% token does not pay a row
+    assert sel.choose([sel.Offer([1.0] * 64, 256)], GEMMA, room=8) == [8]
+    assert sel.choose([], GEMMA) == []
+    # Two slots: rows go to the likelier draft first.
+    assert sel.choose([sel.Offer([0.99, 0.98], 256), sel.Offer([0.3], 256)], GEMMA) == [2, 0]
+
+
+def test_best_rate_orders_offers_by_what_they_are_worth():
+    assert sel.best_rate([], GEMMA) == pytest.approx(1 / 0.0176)
+    assert sel.best_rate([1.0] * 32, GEMMA) > sel.best_rate([0.9] * 4, GEMMA) > sel.best_rate([0.1], GEMMA)
