@@ -101,7 +101,8 @@ def _depth_terms(engine: Engine, t_rows: dict[int, float]) -> tuple[float, float
 
 
 def cache_key(engine: Engine) -> dict:
-    """What the profile depends on: the model file, the library, threads and batch sizes."""
+    """What the profile depends on: the model file, the library, threads and batch sizes. Not the
+    slot count: a server of one slot measures no per-sequence term (0), and that term is small here."""
     path = Path(engine.config.model_path).resolve()
     st = path.stat()
     try:
@@ -110,8 +111,7 @@ def cache_key(engine: Engine) -> dict:
         lib = "unknown"
     c = engine.config
     return {"format": PROFILE_FORMAT, "model": str(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
-            "llama_cpp_python": lib, "n_threads": engine.n_threads, "n_batch": c.n_batch, "n_ubatch": c.n_ubatch,
-            "n_parallel": c.n_parallel}
+            "llama_cpp_python": lib, "n_threads": engine.n_threads, "n_batch": c.n_batch, "n_ubatch": c.n_ubatch}
 
 
 def default_dir() -> Path:
