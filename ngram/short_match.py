@@ -16,6 +16,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
+# Up to this many new windows are indexed one by one (zip's set-up costs more than it saves).
+SMALL_APPEND = 16
+
 
 class ShortMatchIndex:
     """``last_start[tuple(history[j:j+n])]`` = the largest such ``j`` over the indexed history."""
@@ -25,30 +28,36 @@ class ShortMatchIndex:
         self.n = n
         self.last_start: dict[tuple[int, ...], int] = {}
         self.size = 0  # tokens of the history indexed so far
-        self._ends: tuple[int, int] | None = None  # history[0] and history[size - 1]: the growth check
+        self._first = self._last = 0  # history[0] and history[size - 1] (when size > 0): the growth check
 
     def rebuild(self, history: Sequence[int]) -> None:
         """Index ``history`` from scratch (a new request, or a history that did not just grow)."""
         self.last_start = {}
         self.size = 0
-        self._ends = None
         self._extend(history)
 
     def sync(self, history: Sequence[int]) -> None:
         """Catch up with ``history``: index its new tokens if it grew, else rebuild."""
-        if len(history) < self.size or (self._ends and self._ends != (history[0], history[self.size - 1])):
+        size = self.size
+        if len(history) < size or (size and (history[0] != self._first or history[size - 1] != self._last)):
             self.rebuild(history)
-        elif len(history) > self.size:
+        elif len(history) > size:
             self._extend(history)
 
     def _extend(self, history: Sequence[int]) -> None:
         n, size = self.n, len(history)
         start = max(0, self.size - n + 1)  # first window not complete at the previous size
-        tokens = list(history[start:size])
-        windows = zip(*(tokens[k:] for k in range(n)))  # tuple(tokens[i:i+n]) for each complete i
-        self.last_start.update(zip(windows, range(start, size)))  # later starts overwrite earlier ones
+        stop = size - n + 1  # windows start before this
+        if stop - start <= SMALL_APPEND:
+            for j in range(start, stop):
+                self.last_start[tuple(history[j : j + n])] = j
+        else:
+            tokens = history[start:size]
+            windows = zip(*(tokens[k:] for k in range(n)))  # tuple(tokens[i:i+n]) for each complete i
+            self.last_start.update(zip(windows, range(start, stop)))  # later starts overwrite earlier ones
         self.size = size
-        self._ends = (history[0], history[size - 1]) if size else None
+        if size:
+            self._first, self._last = history[0], history[size - 1]
 
     def draft(self, history: Sequence[int], last_token: int, n_max: int) -> list[int]:
         """Up to ``n_max`` tokens that followed the latest earlier occurrence of the last ``n`` tokens
