@@ -1,8 +1,10 @@
 """ngram-mod: drafts by chaining lookups in one hash pool shared by every slot.
 
 After llama.cpp ``common_speculative_impl_ngram_mod`` (``common/speculative.cpp``, PR #19164).
-The pool is shared by all slots and survives across requests; per-slot state is only where to
-resume hashing and how the last draft fared.
+The pool is shared by all slots and survives across requests; per-slot state is where to resume
+hashing, how the last draft fared, and (ours, not llama.cpp's) a short-match index of the slot's
+own history: when the pool has no draft, a repeat of the last ``n_match_cold`` tokens in the
+slot's history gives one, so a cold pool or a short answer still drafts its own repetitions.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ngram.pool import POOL_SIZE, HashPool
+from ngram.short_match import ShortMatchIndex
 
 # Reset the shared pool when more than this share of its entries is used (after a begin()).
 OCCUPANCY_RESET = 0.25
@@ -20,6 +23,9 @@ LOW_ACCEPTANCE_RATIO = 0.25
 LOW_ACCEPTANCE_STREAK = 5
 # New history is hashed into the pool once more than this many tokens are pending.
 UPDATE_CHUNK = 32
+# draft_tag() values: which source the slot's last draft came from ("" for no draft).
+TAG_POOL = "pool"
+TAG_COLD = "cold"
 
 
 @dataclass(slots=True)
@@ -27,12 +33,15 @@ class NgramModConfig:
     n_match: int = 24  # tokens hashed per window
     n_min: int = 48  # a chain shorter than this is no draft
     n_max: int = 64  # longest draft
+    n_match_cold: int = 8  # shortest repeat in the slot's own history drafted without the pool; 0 = off
 
     def __post_init__(self) -> None:
         if not 1 <= self.n_match <= 1024:
             raise ValueError("ngram-mod n_match must be in 1..1024")
         if not (0 <= self.n_min <= 1024 and 0 <= self.n_max <= 1024):
             raise ValueError("ngram-mod n_min and n_max must be in 0..1024")
+        if not 0 <= self.n_match_cold <= 1024:
+            raise ValueError("ngram-mod n_match_cold must be in 0..1024 (0: no fallback)")
 
 
 @dataclass(slots=True)
@@ -40,6 +49,8 @@ class SlotInfo:
     i_last: int = 0  # history index from which windows are still to be hashed
     n_draft_last: int = 0  # length of this slot's last draft
     n_low: int = 0  # consecutive low-acceptance rounds
+    tag: str = ""  # source of the last draft: TAG_POOL, TAG_COLD or "" (none)
+    short: ShortMatchIndex | None = None  # the fallback's index; None when n_match_cold is 0
 
 
 class NgramMod:
@@ -51,7 +62,11 @@ class NgramMod:
         self.n_resets = 0
 
     def _info(self, slot: int) -> SlotInfo:
-        return self.slots.setdefault(slot, SlotInfo())
+        info = self.slots.get(slot)
+        if info is None:
+            cold = self.config.n_match_cold
+            info = self.slots[slot] = SlotInfo(short=ShortMatchIndex(cold) if cold else None)
+        return info
 
     def _reset_pool(self) -> None:
         self.pool.reset()
@@ -63,6 +78,9 @@ class NgramMod:
         info = self._info(slot)
         info.i_last = 0
         info.n_draft_last = 0
+        info.tag = ""
+        if info.short is not None:
+            info.short.rebuild(prompt)
         n = self.pool.n
         if len(prompt) < n:
             return
@@ -73,7 +91,22 @@ class NgramMod:
 
     def draft(self, slot: int, history: Sequence[int], last_token: int, n_max: int) -> list[int]:
         info = self._info(slot)
-        info.n_draft_last = 0
+        draft = self._pool_draft(info, history, last_token)[:n_max]
+        info.tag = TAG_POOL if draft else ""
+        if not draft and info.short is not None:  # no n_min here: a short repeat is worth a short draft
+            draft = info.short.draft(history, last_token, min(n_max, self.config.n_max))
+            info.tag = TAG_COLD if draft else ""
+        # Unlike llama.cpp we judge acceptance against what was verified (after the cut).
+        info.n_draft_last = len(draft)
+        return draft
+
+    def draft_tag(self, slot: int) -> str:
+        """Where the slot's last draft came from, so the caller can estimate acceptance per kind."""
+        info = self.slots.get(slot)
+        return info.tag if info is not None else ""
+
+    def _pool_draft(self, info: SlotInfo, history: Sequence[int], last_token: int) -> list[int]:
+        """The pool's chain after the last ``n_match`` tokens (new history hashed in first); [] below n_min."""
         n = self.pool.n
         size = len(history)
         if size < n:
@@ -86,16 +119,15 @@ class NgramMod:
         draft = self.pool.follow(window, self.config.n_max)
         if len(draft) < self.config.n_min:  # as llama.cpp: n_min applies before the slot's cut
             return []
-        draft = draft[:n_max]
-        # Unlike llama.cpp we judge acceptance against what was verified (after the cut).
-        info.n_draft_last = len(draft)
         return draft
 
     def accept(self, slot: int, n_accepted: int, is_other: bool) -> None:
         if is_other:
             return
         info = self._info(slot)
-        if info.n_draft_last <= 0:
+        # Only pool drafts count towards the reset streak: a wrong short-match guess (a cold draft)
+        # says nothing about the pool.
+        if info.tag != TAG_POOL:
             return
         if n_accepted / info.n_draft_last < LOW_ACCEPTANCE_RATIO:
             info.n_low += 1

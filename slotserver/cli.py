@@ -139,7 +139,8 @@ def spec_config(args: argparse.Namespace) -> SpecConfig:
         when=args.spec_draft_when)
     return SpecConfig(
         types=types, draft=draft,
-        ngram_mod=NgramModConfig(args.spec_ngram_mod_n_match, args.spec_ngram_mod_n_min, args.spec_ngram_mod_n_max),
+        ngram_mod=NgramModConfig(args.spec_ngram_mod_n_match, args.spec_ngram_mod_n_min, args.spec_ngram_mod_n_max,
+                                 args.spec_ngram_mod_n_match_cold),
         ngram_simple=map_config("simple"),
         ngram_map_k=map_config("map_k"),
         ngram_map_k4v=map_config("map_k4v"),

@@ -67,7 +67,7 @@ async def props(request: web.Request) -> web.Response:
         "model_desc": runner.engine.description,
         "speculative": {"types": runner.chain.types, "ngram_mod": {
             "n_match": cfg.spec.ngram_mod.n_match, "n_min": cfg.spec.ngram_mod.n_min,
-            "n_max": cfg.spec.ngram_mod.n_max},
+            "n_max": cfg.spec.ngram_mod.n_max, "n_match_cold": cfg.spec.ngram_mod.n_match_cold},
             "draft_model": runner.model_drafter.info() if runner.model_drafter is not None else None,
             "select": cfg.spec.select,
             "verify_profile": runner.chain.profile.as_props() if runner.chain.profile is not None else None,

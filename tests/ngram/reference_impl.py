@@ -99,3 +99,17 @@ class RefMap:
     def accept(self, n_acc):
         if self.last is not None:
             self.last[0][3][self.last[1]][2] = n_acc
+
+
+def short_match_draft(history, last, n, n_max):
+    """The cold fallback of ngram-mod: what followed the latest earlier occurrence of the last n
+    tokens of history + [last], up to n_max tokens (a backward scan)."""
+    seq = list(history) + [last]
+    size = len(seq)
+    if n_max <= 0 or size <= n:
+        return []
+    suffix = seq[size - n :]
+    for j in range(size - n - 1, -1, -1):
+        if seq[j : j + n] == suffix:
+            return seq[j + n : j + n + n_max]
+    return []

@@ -37,6 +37,7 @@ VALUE_FLAGS = [
     (("--spec-draft-n-max", "--draft-max", "--draft", "--draft-n"), "16", "draft_limits.n_max", 16),
     (("--spec-draft-n-min", "--draft-min", "--draft-n-min"), "2", "draft_n_min", 2),
     (("--spec-draft-p-min", "--draft-p-min"), "0.5", "draft_p_min", 0.5),
+    (("--spec-ngram-mod-n-match-cold",), "0", "spec.ngram_mod.n_match_cold", 0),  # default 8; 0 = off
     (("--temp", "--temperature"), "0.7", "sampling.temperature", 0.7),
     (("--top-k",), "20", "sampling.top_k", 20),
     (("--top-p",), "0.9", "sampling.top_p", 0.9),
@@ -243,7 +244,7 @@ def test_speculative_defaults_reach_parsed_requests():
 
 @pytest.mark.parametrize("argv", [["--top-p", "2"], ["--temp", "nan"], ["--samplers", "bogus"],
                                   ["--sampling-seq", "q"], ["--draft-max", "5000"], ["--draft-p-min", "2"],
-                                  ["--metrics-series", "vllm"]])
+                                  ["--metrics-series", "vllm"], ["--spec-ngram-mod-n-match-cold", "-1"]])
 def test_out_of_range_defaults_stop_the_start(argv):
     with pytest.raises(ValueError):
         config(argv)
