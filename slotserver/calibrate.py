@@ -22,7 +22,7 @@ from pathlib import Path
 
 from slotserver.engine import Engine
 from slotserver.scheduler import BatchEntry, BatchPlan
-from slotserver.verify_costs import VerifyProfile
+from slotserver.verify_costs import VerifyProfile, suffix_min
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def measure(engine: Engine, progress=log.info) -> VerifyProfile:
     t_input, t_depth = _depth_terms(engine, dict(zip(rows, t_rows)))
     progress("calibrating verify costs (%d/%d): %.3f ms per prompt row, %.2f ms per 1000 cached tokens "
              "per output row", len(rows) + 2, len(rows) + 2, t_input * 1e3, t_depth * 1e6)
-    return VerifyProfile(rows, tuple(t_rows), t_seq, t_input, t_depth, DEPTH)
+    return VerifyProfile(rows, tuple(suffix_min(t_rows)), t_seq, t_input, t_depth, DEPTH)
 
 
 def _depth_terms(engine: Engine, t_rows: dict[int, float]) -> tuple[float, float]:

@@ -360,6 +360,10 @@ class Runner:
         st.tokens_per_decode.observe(plan.n_tokens)
         if self.model_drafter is not None:
             self.model_drafter.observe_target(plan.n_tokens, seconds)
+        profile = self.chain.profile
+        if profile is not None and len(plan.entries) == 1 and plan.entries[0].is_decode:
+            entry = plan.entries[0]
+            profile.observe(len(entry.tokens), seconds, len(entry.tokens) * (entry.pos0 - profile.depth))
 
     def _maybe_save(self) -> None:
         if self.persistence is None:

@@ -13,7 +13,9 @@ CPU, this model and these settings, not on a rule of thumb, so ``calibrate.py`` 
 - ``t_depth_row_s``: attention: each output row costs this much more per cached token of its
   sequence beyond ``depth`` (less below it).
 
-Pure data and arithmetic: the selection (``spec_select.py``) asks it what a step would cost.
+Pure data and arithmetic: the selection (``spec_select.py``) asks it what a step would cost. Owner:
+the engine thread, which also refines it with what serving measures (``observe``); ``t_rows_s`` is
+replaced whole, never changed in place, so /props and /metrics read a consistent tuple.
 """
 
 from __future__ import annotations
@@ -24,9 +26,21 @@ from dataclasses import asdict, dataclass
 # A step never costs less than this share of the measured one-row step (the depth term may be
 # negative for a short context; attention is never all of a step).
 MIN_STEP_SHARE = 0.5
+# Weight of a decode time measured while serving in the running average of its row count's time.
+OBSERVE_WEIGHT = 0.05
 
 
-@dataclass(frozen=True, slots=True)
+def suffix_min(times: list[float]) -> list[float]:
+    """Each time at most every time measured for more rows: a decode of more rows costing less is
+    possible (kernel choice) but a spike ten times the neighbours' is another process's doing, and
+    the selection can always verify more rows of a draft than it needs."""
+    out = list(times)
+    for i in range(len(out) - 2, -1, -1):
+        out[i] = min(out[i], out[i + 1])
+    return out
+
+
+@dataclass(slots=True)
 class VerifyProfile:
     rows: tuple[int, ...]  # output rows of one sequence, ascending, starting at 1
     t_rows_s: tuple[float, ...]  # llama_decode time at each
@@ -40,6 +54,18 @@ class VerifyProfile:
             raise ValueError("profile rows must be ascending, distinct and start at 1")
         if len(self.t_rows_s) != len(self.rows) or min(self.t_rows_s) <= 0:
             raise ValueError("profile times must be positive, one per row count")
+
+    def observe(self, n_rows: int, seconds: float, depth_rows: float = 0.0) -> None:
+        """Serving measured a decode of one sequence with ``n_rows`` output rows and nothing else:
+        a measured row count's time moves towards it (the start-up measurement is the fastest of
+        a few runs on an idle context; serving shows what a step really costs)."""
+        i = bisect.bisect_left(self.rows, n_rows)
+        if i < len(self.rows) and self.rows[i] == n_rows:
+            t = seconds - self.t_depth_row_s * depth_rows
+            if t > 0:
+                ts = list(self.t_rows_s)
+                ts[i] = (1 - OBSERVE_WEIGHT) * ts[i] + OBSERVE_WEIGHT * t
+                self.t_rows_s = tuple(ts)
 
     def t_out(self, n_rows: int) -> float:
         """One sequence, ``n_rows`` output rows, at the measured depth."""

@@ -113,3 +113,17 @@ def test_choose_verifies_sure_drafts_to_the_best_length_and_nothing_unlikely():
 def test_best_rate_orders_offers_by_what_they_are_worth():
     assert sel.best_rate([], GEMMA) == pytest.approx(1 / 0.0176)
     assert sel.best_rate([1.0] * 32, GEMMA) > sel.best_rate([0.9] * 4, GEMMA) > sel.best_rate([0.1], GEMMA)
+
+
+def test_noise_spikes_are_capped_and_serving_refines_the_table():
+    from slotserver.verify_costs import OBSERVE_WEIGHT, suffix_min
+
+    # A busy moment made 3 rows cost 448 ms between 52 and 47 ms: capped; a real 5 > 6 bump too.
+    assert suffix_min([0.015, 0.052, 0.448, 0.047, 0.07, 0.056]) == [0.015, 0.047, 0.047, 0.047, 0.056, 0.056]
+    p = VerifyProfile(rows=(1, 2), t_rows_s=(0.02, 0.03), t_seq_s=0, t_input_row_s=0, t_depth_row_s=1e-6, depth=256)
+    p.observe(1, 0.04, depth_rows=0)
+    assert p.t_rows_s[0] == pytest.approx(0.02 + OBSERVE_WEIGHT * 0.02)
+    p.observe(2, 0.03 + 1e-6 * 2000, depth_rows=2000)  # the depth term is taken out first
+    assert p.t_rows_s[1] == pytest.approx(0.03)
+    p.observe(3, 1.0)  # not a measured row count: nothing to refine
+    assert len(p.t_rows_s) == 2
