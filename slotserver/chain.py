@@ -179,8 +179,7 @@ class DraftChain:
         """
         assert 0 <= n_accepted <= n_verified
         last = self._last.pop(slot, None)
-        if last is None or n_verified == 0:
-            assert n_accepted == 0
+        if last is None or n_verified == 0:  # no draft of the chain's (none, cut to nothing, or the oracle's)
             return
         key = last[0]
         winner = key[0]
