@@ -15,6 +15,10 @@ MODELS=${MODELS:-gemma smollm2}
 ONLY=${ONLY:-}
 PORT=${PORT:-8290}  # ours; the llama-servers take the ports after it
 OUR_SPEC_TYPES=ngram-mod,ngram-simple,ngram-map-k,ngram-map-k4v,ngram-cache
+ALL=${OUR_SPEC_TYPES//,/+}  # every drafter in one chain: the winner per step by --spec-select
+# Ours per request: no speculation, ngram-mod alone, the whole chain with expected-value selection
+# and with llama.cpp's precedence (speculative.select), and the oracle's ceiling.
+OUR_CONFIGS=${OUR_CONFIGS:-none,ngram-mod,$ALL,$ALL@precedence,oracle}
 LLAMA_SPEC_TYPES="none ngram-mod ngram-simple ngram-map-k ngram-map-k4v"
 MARKDOWN=docs/benchmarks-performance.md
 
@@ -77,7 +81,7 @@ for model in $MODELS; do
     done
   fi
   echo "== $(model_label "$model"): $path"
-  python3 -m slotserver.bench --url "$url" --types "none,$OUR_SPEC_TYPES,oracle" "${compares[@]}" \
+  python3 -m slotserver.bench --url "$url" --types "$OUR_CONFIGS" "${compares[@]}" \
     --rounds "$ROUNDS" ${ONLY:+--only "$ONLY"} --label "$(model_label "$model")" \
     --markdown "$MARKDOWN" --append --png "docs/perf-$model.png" "$@"
   stop_servers

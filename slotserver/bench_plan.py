@@ -4,7 +4,8 @@ Pure (no HTTP), so the order every configuration sees the machine in is tested w
 
 A configuration is one column of the report:
 
-- ours: our server with a per-request ``speculative.type`` (``+`` joins types that draft together);
+- ours: our server with a per-request ``speculative.type`` (``+`` joins types that draft together;
+  ``@precedence`` or ``@expected`` after them sets ``speculative.select``);
 - ``oracle``: our server drafting from the expected greedy continuation (``speculative.oracle``,
   a server started with ``--spec-oracle``), the ceiling a perfect drafter reaches; it takes its
   tokens from the same workload's ``none`` run, so ``none`` runs before it;
@@ -96,5 +97,8 @@ def request_body(config: Config, wl: dict, oracle_tokens: list[int] | None = Non
             raise ValueError(f"{wl['name']}: the oracle needs the tokens of its 'none' run (return_tokens)")
         body["speculative.oracle"] = oracle_tokens
     elif config.kind == OURS:
-        body["speculative.type"] = config.name.replace("+", ",")
+        types, _, select = config.name.partition("@")  # ngram-mod+ngram-simple@precedence
+        body["speculative.type"] = types.replace("+", ",")
+        if select:
+            body["speculative.select"] = select
     return body

@@ -43,6 +43,7 @@ class DraftLimits:
     p_min: float = 0.0  # draft-model confidence cut-off (unused by n-gram drafters)
     types: frozenset[str] | None = None  # allowed drafter types; None = all configured
     oracle: tuple[int, ...] | None = None  # benchmark only (--spec-oracle): the known greedy continuation
+    select: str | None = None  # which drafter wins (SELECT_MODES); None = the server's --spec-select
 
 
 class DraftChain:
@@ -100,7 +101,7 @@ class DraftChain:
         self._last.pop(slot, None)
         if limits.n_max <= 0:
             return []
-        expected = self.select == "expected" and self.profile is not None
+        expected = (limits.select or self.select) == "expected" and self.profile is not None
         best: tuple[float, Key, list[int]] | None = None
         for name, d in self.drafters:
             if limits.types is not None and name not in limits.types:

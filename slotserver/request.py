@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from slotserver.chain import DraftLimits
+from slotserver.chain import SELECT_MODES, DraftLimits
 from slotserver.drafter_types import parse_types
 from slotserver.errors import BadRequest
 from slotserver.grammar import Constraint, parse_constraint
@@ -235,6 +235,11 @@ def parse_spec(body: dict, defaults: DraftLimits | None = None) -> DraftLimits |
         n_min=_number(values, "n_min", defaults.n_min, int, lo=0, hi=SPEC_N_MAX),
         p_min=_number(values, "p_min", defaults.p_min, float, lo=0.0, hi=1.0),
     )
+    select = values.get("select")
+    if select is not None:
+        if select not in SELECT_MODES:
+            raise BadRequest(f"'speculative.select' must be one of: {', '.join(SELECT_MODES)}")
+        limits.select = select
     oracle = values.get("oracle")
     if oracle is not None:
         if not isinstance(oracle, list) or len(oracle) > ORACLE_MAX or not all(

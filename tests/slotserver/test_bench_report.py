@@ -252,3 +252,11 @@ async def test_orchestration_sends_oracle_tokens_and_nothing_speculative_to_comp
     assert ours.bodies[0]["prompt"] not in [w["prompt"] for w in WORKLOADS]  # the warm-up
     out = capsys.readouterr().out
     assert out.count("\n") == 1 + len(bench.runs) + len(bench.stream_runs)
+
+
+def test_a_select_suffix_sets_speculative_select():
+    from slotserver.bench_plan import Config, request_body
+
+    body = request_body(Config("ngram-mod+ngram-simple@precedence", "ours", "u"), {"prompt": "p", "n_predict": 4})
+    assert body["speculative.type"] == "ngram-mod,ngram-simple" and body["speculative.select"] == "precedence"
+    assert "speculative.select" not in request_body(Config("ngram-mod", "ours", "u"), {"prompt": "p", "n_predict": 4})
