@@ -18,7 +18,7 @@ OUR_SPEC_TYPES=ngram-mod,ngram-simple,ngram-map-k,ngram-map-k4v,ngram-cache
 ALL=${OUR_SPEC_TYPES//,/+}  # every drafter in one chain: the winner per step by --spec-select
 # Ours per request: no speculation, ngram-mod alone, the whole chain with expected-value selection
 # and with llama.cpp's precedence (speculative.select), and the oracle's ceiling.
-OUR_CONFIGS=${OUR_CONFIGS:-none,ngram-mod,$ALL,$ALL@precedence,oracle}
+OUR_CONFIGS=${OUR_CONFIGS:-none,ngram-mod,$ALL@expected,$ALL@precedence,oracle}
 LLAMA_SPEC_TYPES="none ngram-mod ngram-simple ngram-map-k ngram-map-k4v"
 MARKDOWN=docs/benchmarks-performance.md
 

@@ -56,7 +56,7 @@ class DraftChain:
     """
 
     def __init__(self, drafters: Sequence[tuple[str, Drafter]], *, stats: dict[str, DrafterStats] | None = None,
-                 model: bool = False, select: str = "expected", profile: VerifyProfile | None = None) -> None:
+                 model: bool = False, select: str = "precedence", profile: VerifyProfile | None = None) -> None:
         if select not in SELECT_MODES:
             raise ValueError(f"unknown --spec-select mode: {select} (known: {', '.join(SELECT_MODES)})")
         self.drafters = sorted(drafters, key=lambda td: RANK[td[0]])  # (type name, drafter), precedence order

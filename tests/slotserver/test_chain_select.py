@@ -30,6 +30,16 @@ def run(chain, slot, n_accepted_of):
     return draft
 
 
+def test_per_request_select_overrides_the_chain():
+    chain = DraftChain([("ngram-simple", Fixed([7])), ("ngram-mod", Fixed([5] * 16))], profile=GEMMA)
+    assert chain.select == "precedence"
+    chain._global[("ngram-mod", "")] = sel.Counts()
+    for _ in range(10):
+        chain._global[("ngram-mod", "")].update(16, 16, 1.0)  # ngram-mod's drafts are always accepted
+    assert chain.draft(0, [1], 1, LIMITS) == [7]
+    assert chain.draft(0, [1], 1, DraftLimits(n_max=16, select="expected")) == [5] * 16
+
+
 def test_estimates_rise_with_accepted_drafts_and_fall_with_rejected_ones():
     chain = DraftChain([("ngram-mod", Fixed(list(range(16))))], profile=GEMMA)
     chain.begin(0, [1])
