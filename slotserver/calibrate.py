@@ -63,7 +63,7 @@ def time_decode(engine: Engine, n_rows: int, n_seq: int, repeats: int, depth: in
 
 def measure(engine: Engine, progress=log.info) -> VerifyProfile:
     """The profile of ``engine``'s model and context. Needs an empty KV cache; leaves it empty."""
-    room = min(engine.config.n_batch, engine.n_ctx_slot - DEEP - 2)
+    room = min(engine.config.n_batch, engine.n_ctx_slot - DEPTH - 2)
     rows = tuple(r for r in ROWS if r <= room) or (1,)
     t_rows = []
     for i, n in enumerate(rows):

@@ -285,7 +285,12 @@ class Runner:
         prefills = [PrefillWork(s.id, len(s.cache), s.pending) for s in prefilling]
         self.drafting.with_model(generating, prefilling)
         room = self.engine.config.n_batch - len(decodes)
-        self.drafting.select(generating, min(sum(len(p.pending) for p in prefills), room), room)
+        try:
+            self.drafting.select(generating, min(sum(len(p.pending) for p in prefills), room), room)
+        except Exception:  # choosing draft lengths must never stop the engine: verify no draft this step
+            log.exception("selecting draft lengths failed; this step verifies no drafts")
+            for _, work in generating:
+                work.draft.clear()
         return decodes, prefills
 
     def _full(self, slot: Slot) -> Outbox:

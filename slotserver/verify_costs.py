@@ -75,6 +75,8 @@ class VerifyProfile:
         i = bisect.bisect_left(rows, n_rows)
         if i < len(rows) and rows[i] == n_rows:
             return ts[i]
+        if len(rows) == 1:  # one measured row count: every further row as dear as the first
+            return ts[0] * n_rows
         if i == len(rows):  # beyond the table: the last measured slope
             i -= 1
         (r0, t0), (r1, t1) = (rows[i - 1], ts[i - 1]), (rows[i], ts[i])

@@ -127,3 +127,10 @@ def test_noise_spikes_are_capped_and_serving_refines_the_table():
     assert p.t_rows_s[1] == pytest.approx(0.03)
     p.observe(3, 1.0)  # not a measured row count: nothing to refine
     assert len(p.t_rows_s) == 2
+
+
+def test_a_profile_of_one_row_count_extrapolates_without_dividing_by_zero():
+    """A small context leaves room to measure one row only (-c 2048 -np 2 did, and the engine died)."""
+    p = VerifyProfile(rows=(1,), t_rows_s=(0.02,), t_seq_s=0, t_input_row_s=0, t_depth_row_s=0, depth=256)
+    assert p.t_out(3) == pytest.approx(0.06)
+    assert sel.choose([sel.Offer([1.0] * 4, 256)], p) == [0]  # no row is cheaper than a step: nothing pays
