@@ -139,6 +139,11 @@ class DraftChain:
         probe = self._probe.get((slot, key))
         return sel.cumulative(p, n, sel.PROBE_ROWS if probe is not None and probe.due() else 0)
 
+    def winner(self, slot: int) -> str | None:
+        """The type name of the slot's current draft's drafter (None: no draft of the chain's)."""
+        last = self._last.get(slot)
+        return last[0][0] if last is not None else None
+
     def selected(self, slot: int, n: int) -> None:
         """The step verifies ``n`` tokens of the slot's draft: a draft cut to nothing is a denial
         (counted as skipped), a verified one while a probe is due is that probe."""

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, replace
 
 from slotserver.chain import DraftChain
+from slotserver.drafter_types import DRAFT_MODEL
 from slotserver.engine import Engine
 from slotserver.job import Job
 from slotserver.model_drafter import DraftAsk, ModelDrafter
@@ -47,6 +48,7 @@ class Drafting:
         self.chain = chain  # the shared chain: the draft model's calls are counted in its statistics
         self.model = model
         self._asked: dict[int, _Asked] = {}  # slot id -> its last draft-model call not yet settled
+        self._always = model is not None and model.config.when == "always"  # llama-server's way: no cut
 
     def for_slot(self, slot: Slot) -> list[int]:
         """The slot's draft from its chain's drafters (the draft model aside); may raise."""
@@ -67,8 +69,8 @@ class Drafting:
             return
         offers = []
         for slot, work in generating:
-            if slot.job.limits.oracle is not None:
-                q = [1.0] * len(work.draft)
+            if slot.job.limits.oracle is not None or (self._always and slot.chain.winner(slot.id) == DRAFT_MODEL):
+                q = [1.0] * len(work.draft)  # the oracle, and --spec-draft-when always: verified whole
             else:
                 q = slot.chain.confidence(slot.id)[: len(work.draft)] if work.draft else []
             offers.append(Offer(q, len(slot.cache)))

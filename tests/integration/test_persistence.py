@@ -26,13 +26,15 @@ async def run_once(argv: list[str], wl: dict) -> dict:
 
 async def test_restart_with_pool_file_drafts_from_the_first_request(tmp_path):
     pool = tmp_path / "pool.ssngmod"
-    first = await run_once(SMALL + ["--spec-ngram-mod-file", str(pool)], GOLDCOIN)
+    pool_only = SMALL + ["--spec-ngram-mod-n-match-cold", "0"]  # drafts from the pool alone
+    first = await run_once(pool_only + ["--spec-ngram-mod-file", str(pool)], GOLDCOIN)
     assert pool.stat().st_size > 16 * 1024 * 1024  # the 4M-entry pool was saved at shutdown
-    again = await run_once(SMALL + ["--spec-ngram-mod-file", str(pool)], GOLDCOIN)
-    fresh = await run_once(SMALL, GOLDCOIN)
+    again = await run_once(pool_only + ["--spec-ngram-mod-file", str(pool)], GOLDCOIN)
+    fresh = await run_once(pool_only, GOLDCOIN)
     print(f"restarted {again['timings']}\nfresh {fresh['timings']}\nfirst {first['timings']}")
-    # the restarted server knows this text from before the restart: it drafts it from the start
-    assert again["timings"]["draft_n_accepted"] >= fresh["timings"].get("draft_n_accepted", 0) + 48
+    # The restarted server knows this text from before the restart: it drafts it from the start.
+    # (Draft lengths start short and grow with the evidence, so not a whole pool chain at once.)
+    assert again["timings"]["draft_n_accepted"] >= fresh["timings"].get("draft_n_accepted", 0) + 12
 
 
 async def test_corrupt_pool_file_stops_the_start_and_is_never_overwritten(tmp_path):
