@@ -24,7 +24,7 @@ from slotserver.drafter_types import DRAFT_MODEL
 from slotserver.engine import Engine
 from slotserver.job import Job
 from slotserver.model_drafter import DraftAsk, ModelDrafter
-from slotserver.scheduler import DecodeWork, draft_budget
+from slotserver.scheduler import BatchPlan, DecodeWork, draft_budget
 from slotserver.slots import Slot
 from slotserver.spec_select import Offer, choose
 
@@ -63,7 +63,25 @@ class Drafting:
         return slot.chain.draft(slot.id, slot.cache, slot.sampled, replace(job.limits, n_max=n_max))
 
     def select(self, generating: list[tuple[Slot, DecodeWork]], n_input: int, room: int) -> None:
-        """Cut each draft to the rows that pay in this step (all of them without a profile)."""
+        """Cut each draft to the rows that pay in this step (all of them without a profile). Never
+        raises: if choosing fails, this step verifies no drafts."""
+        try:
+            self._select(generating, n_input, room)
+        except Exception:
+            log.exception("selecting draft lengths failed; this step verifies no drafts")
+            for _, work in generating:
+                work.draft.clear()
+
+    def observe_decode(self, plan: BatchPlan, seconds: float) -> None:
+        """A target decode took ``seconds``: the cost models follow what serving measures."""
+        if self.model is not None:
+            self.model.observe_target(plan.n_tokens, seconds)
+        profile = self.chain.profile
+        if profile is not None and len(plan.entries) == 1 and plan.entries[0].is_decode:
+            entry = plan.entries[0]
+            profile.observe(len(entry.tokens), seconds, len(entry.tokens) * (entry.pos0 - profile.depth))
+
+    def _select(self, generating: list[tuple[Slot, DecodeWork]], n_input: int, room: int) -> None:
         profile = self.chain.profile
         if profile is None or not any(work.draft for _, work in generating):
             return

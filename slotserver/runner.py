@@ -285,12 +285,7 @@ class Runner:
         prefills = [PrefillWork(s.id, len(s.cache), s.pending) for s in prefilling]
         self.drafting.with_model(generating, prefilling)
         room = self.engine.config.n_batch - len(decodes)
-        try:
-            self.drafting.select(generating, min(sum(len(p.pending) for p in prefills), room), room)
-        except Exception:  # choosing draft lengths must never stop the engine: verify no draft this step
-            log.exception("selecting draft lengths failed; this step verifies no drafts")
-            for _, work in generating:
-                work.draft.clear()
+        self.drafting.select(generating, min(sum(len(p.pending) for p in prefills), room), room)
         return decodes, prefills
 
     def _full(self, slot: Slot) -> Outbox:
@@ -363,12 +358,7 @@ class Runner:
         st.n_decode_tokens += plan.n_tokens
         st.n_decode_slots += len(plan.entries)
         st.tokens_per_decode.observe(plan.n_tokens)
-        if self.model_drafter is not None:
-            self.model_drafter.observe_target(plan.n_tokens, seconds)
-        profile = self.chain.profile
-        if profile is not None and len(plan.entries) == 1 and plan.entries[0].is_decode:
-            entry = plan.entries[0]
-            profile.observe(len(entry.tokens), seconds, len(entry.tokens) * (entry.pos0 - profile.depth))
+        self.drafting.observe_decode(plan, seconds)
 
     def _maybe_save(self) -> None:
         if self.persistence is None:
