@@ -76,6 +76,9 @@ class SlotState:
     local: LocalIndex
     out_start: int  # where the part of the context the global structure learns begins
     last: int | None = None  # last_token of the last draft() call
+    n_context: int = 0  # context length at the last draft() call...
+    m_local: int = 0  # ...and the match lengths found then (hints for the next search)
+    m_global: int = 0
     tag: str = ""
     probs: list[float] = field(default_factory=list)
 
@@ -120,9 +123,13 @@ class SuffixDrafter:
         tail = local.tokens[len(local.tokens) - min(cfg.depth - 1, len(local.tokens)) :]
         tail.append(last_token)
         context = struct.pack(f">{len(tail)}I", *[t + 1 for t in tail])
-        _, own, own_p = local.draft(last_token, context, cap, cfg.factor, cfg.min_prob)
-        _, shared, shared_p = self.store.draft(context, len(local.tokens) + 1, cfg.depth, cap, cfg.factor,
-                                               cfg.min_prob)
+        n_context = len(local.tokens) + 1
+        grown = n_context - st.n_context  # a match that went on is longer by this much
+        st.m_local, own, own_p = local.draft(last_token, context, cap, cfg.factor, cfg.min_prob,
+                                             st.m_local + grown if st.m_local else 0)
+        st.m_global, shared, shared_p = self.store.draft(context, n_context, cfg.depth, cap, cfg.factor,
+                                                         cfg.min_prob, st.m_global + grown if st.m_global else 0)
+        st.n_context = n_context
         if own and sum(own_p) >= sum(shared_p):
             st.tag, st.probs = TAG_LOCAL, own_p
             return own

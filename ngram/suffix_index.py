@@ -25,6 +25,7 @@ for Python's bisect), an int32 start and a uint8 LCP per indexed suffix: 13 byte
 
 from __future__ import annotations
 
+import copy
 from array import array
 from bisect import bisect_left, bisect_right
 from typing import Iterable
@@ -36,7 +37,9 @@ from ngram.suffix_sort import SEP, SPAN_MAX, build, pair_lcp
 VALUE_BYTES = 4  # one corpus value in the bytes mirror
 BYTES_PER_SLOT = 2 * VALUE_BYTES  # a corpus value held as uint32 and as bytes
 BYTES_PER_SUFFIX = 5  # its int32 start and uint8 LCP
+SEP_BYTES = SEP.to_bytes(VALUE_BYTES, "big")
 FIRST_TOKEN = (SEP + 1).to_bytes(VALUE_BYTES, "big")  # the smallest value that is a token
+CACHE_CHILDREN = 1 << 18
 # New starts go in one by one while (new starts) x (indexed starts) stays within this many moved
 # entries; beyond, one numpy merge (about 150 µs of fixed cost, then linear) is cheaper.
 ONE_BY_ONE_MOVES = 1 << 20
@@ -53,6 +56,10 @@ class SuffixIndex:
         self.vals_array = array("I")
         self.sa_array = array("i")
         self.lcp_array = array("B")
+        # Children of long ranges (``suffix_walk``), valid until the order changes: the global index
+        # changes only when a request ends, and short common matches recur every few calls.
+        self._children: dict[tuple[int, int, int], tuple[np.ndarray, ...]] = {}
+        self._n_children = 0
 
     # numpy views: valid until the next change of the index.
     @property
@@ -80,7 +87,30 @@ class SuffixIndex:
         self.vals_array.frombytes(_bytes_of(values, np.uint32))
         self.raw += values.astype(">u4").tobytes()
 
+    def copy(self) -> SuffixIndex:
+        """An independent copy (a few memcpys), e.g. to save while the original keeps learning."""
+        out = SuffixIndex(self.span)
+        out.raw, out.vals_array = bytearray(self.raw), copy.copy(self.vals_array)
+        out.sa_array, out.lcp_array = copy.copy(self.sa_array), copy.copy(self.lcp_array)
+        return out
+
+    def cached_children(self, lo: int, hi: int, depth: int) -> tuple[np.ndarray, ...] | None:
+        return self._children.get((lo, hi, depth))
+
+    def cache_children(self, lo: int, hi: int, depth: int, runs: tuple[np.ndarray, ...]) -> None:
+        """Keep the children of a range (arrays of equal length) until the order changes, up to
+        ``CACHE_CHILDREN`` children in all (24 bytes each): then start afresh."""
+        if self._n_children + len(runs[0]) > CACHE_CHILDREN:
+            self._changed()
+        self._children[(lo, hi, depth)] = runs
+        self._n_children += len(runs[0])
+
+    def _changed(self) -> None:
+        self._children.clear()
+        self._n_children = 0
+
     def _set(self, sa: np.ndarray, lcp: np.ndarray) -> None:
+        self._changed()
         self.sa_array, self.lcp_array = array("i"), array("B")
         self.sa_array.frombytes(_bytes_of(sa, np.int32))
         self.lcp_array.frombytes(_bytes_of(lcp, np.uint8))
@@ -103,6 +133,7 @@ class SuffixIndex:
             self._merge(new)
 
     def _insert_each(self, new: list[int]) -> None:
+        self._changed()
         raw, w, sa, lcp = self.raw, VALUE_BYTES * self.span, self.sa_array, self.lcp_array
         key = lambda q: raw[4 * q : 4 * q + w]  # noqa: E731 - one closure for all searches
         for p in new:
@@ -122,8 +153,11 @@ class SuffixIndex:
                 lo = mid
             else:
                 hi = mid - 1
-        head = self.vals_array[a : a + lo]
-        return head.index(SEP) if SEP in head else lo
+        # The first separator among those lo values: an aligned run of four zero bytes.
+        i = raw.find(SEP_BYTES, 4 * a, 4 * (a + lo))
+        while i >= 0 and (i - 4 * a) % VALUE_BYTES:
+            i = raw.find(SEP_BYTES, i + 1, 4 * (a + lo))
+        return lo if i < 0 else (i - 4 * a) // VALUE_BYTES
 
     def _merge(self, new: list[int]) -> None:
         """Insert many starts in one pass: copy the old arrays in the stretches between them."""
@@ -142,6 +176,7 @@ class SuffixIndex:
         sa.frombytes(old_sa_bytes[4 * prev :])
         lcp.frombytes(old_lcp[prev:])
         del old_sa_bytes, old_lcp
+        self._changed()
         self.sa_array, self.lcp_array = sa, lcp
         # New LCPs: each new entry with the one before it, and the entry after each new one.
         placed = np.array(at, dtype=np.int64) + np.arange(len(new))
@@ -183,9 +218,16 @@ class SuffixIndex:
         q = 4 * sa[i]
         return raw[q : q + w] == pattern
 
-    def longest(self, context: bytes, low: int, high: int) -> int:
+    def longest(self, context: bytes, low: int, high: int, hint: int = 0) -> int:
         """The largest m in ``low..high`` whose last-m-token pattern of ``context`` occurs followed by
-        a token, given that ``low`` does (or is 0). Such occurrence is monotone in m, so bisect it."""
+        a token, given that ``low`` does (or is 0). Such occurrence is monotone in m, so bisect it,
+        trying ``hint`` first (the last match grown by the tokens since: one search when it holds)."""
+        hint = min(hint, high)
+        if low < hint:
+            if self.occurs(context[len(context) - VALUE_BYTES * hint :]):
+                low = hint
+            else:
+                high = hint - 1
         while low < high:
             m = (low + high + 1) // 2
             if self.occurs(context[len(context) - VALUE_BYTES * m :]):

@@ -50,10 +50,10 @@ class LocalIndex:
             self.n_done = complete
         return True
 
-    def draft(self, last: int, context: bytes, cap: int, factor: float,
-              min_prob: float) -> tuple[int, list[int], list[float]]:
+    def draft(self, last: int, context: bytes, cap: int, factor: float, min_prob: float,
+              hint: int = 0) -> tuple[int, list[int], list[float]]:
         """Match length, draft and probabilities after ``tokens + [last]`` (``context``: its last
-        ``depth`` tokens encoded) from the request's own context."""
+        ``depth`` tokens encoded) from the request's own context; ``hint``: a likely match length."""
         tokens, n_done = self.tokens, self.n_done
         n = len(tokens)  # the context has n + 1 tokens; an occurrence needs one after it
         depth = min(self.depth, n)
@@ -74,7 +74,7 @@ class LocalIndex:
                 length += 1
             ends.append((j, length))
             m_open = max(m_open, length)
-        m = self.index.longest(context, m_open, depth) if depth > m_open else m_open
+        m = self.index.longest(context, m_open, depth, hint) if depth > m_open else m_open
         if m == 0:
             return 0, [], []
         lo, hi = self.index.bounds(context[len(context) - VALUE_BYTES * m :])

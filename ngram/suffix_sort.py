@@ -59,14 +59,15 @@ def build(vals: np.ndarray, starts: np.ndarray, span: int) -> tuple[np.ndarray, 
     n = len(vals)
     v = vals.astype(np.int64)
     rank = _dense_rank(np.where(v == SEP, np.arange(n, dtype=np.int64), n + v))
-    ranks = [rank]  # ranks[i]: rank of the 2**i-token window at each position
+    del v
+    ranks = [rank]  # ranks[i]: rank (int32: < n) of the 2**i-token window at each position
     h = 1
     while 2 * h <= span:
-        rank = _dense_rank(rank * (n + 1) + _shifted(rank, h))
+        rank = _dense_rank(rank * np.int64(n + 1) + _shifted(rank, h))
         ranks.append(rank)
         h *= 2
     # A window of exactly span tokens: two overlapping windows of h tokens (span < 2h).
-    final = rank if h == span else _dense_rank(rank * (n + 1) + _shifted(rank, span - h))
+    final = rank if h == span else _dense_rank(rank * np.int64(n + 1) + _shifted(rank, span - h))
     sa = starts[np.argsort(final[starts], kind="stable")]
     return sa.astype(np.int32), _lcp_by_ranks(ranks, sa, span, n)
 
@@ -75,16 +76,17 @@ def _dense_rank(keys: np.ndarray) -> np.ndarray:
     """0 for the smallest key, +1 for each larger distinct key (np.unique's inverse, without its overhead)."""
     order = np.argsort(keys, kind="stable")
     ordered = keys[order]
-    rank = np.empty(len(keys), dtype=np.int64)
-    rank[order] = np.concatenate(([0], np.cumsum(ordered[1:] != ordered[:-1])))
+    rank = np.empty(len(keys), dtype=np.int32)
+    rank[order] = np.concatenate(([0], np.cumsum(ordered[1:] != ordered[:-1], dtype=np.int32)))
     return rank
 
 
 def _shifted(rank: np.ndarray, h: int) -> np.ndarray:
-    """``rank[p + h] + 1``, and 0 past the end (below every rank)."""
-    out = np.zeros_like(rank)
+    """``rank[p + h] + 1`` (int64), and 0 past the end (below every rank)."""
+    out = np.zeros(len(rank), dtype=np.int64)
     if h < len(rank):
-        out[: len(rank) - h] = rank[h:] + 1
+        out[: len(rank) - h] = rank[h:]
+        out[: len(rank) - h] += 1
     return out
 
 

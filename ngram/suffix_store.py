@@ -96,10 +96,10 @@ class SuffixStore:
         return out
 
     def draft(self, context: bytes, n_context: int, depth: int, cap: int, factor: float,
-              min_prob: float) -> tuple[int, list[int], list[float]]:
+              min_prob: float, hint: int = 0) -> tuple[int, list[int], list[float]]:
         """Match length, draft and probabilities for the encoded ``context`` (its last ``depth``
-        tokens, of ``n_context`` in all) from the stored requests."""
-        m = self.index.longest(context, 0, min(depth, n_context))
+        tokens, of ``n_context`` in all) from the stored requests; ``hint``: a likely match length."""
+        m = self.index.longest(context, 0, min(depth, n_context), hint)
         if m == 0:
             return 0, [], []
         lo, hi = self.index.bounds(context[len(context) - VALUE_BYTES * m :])

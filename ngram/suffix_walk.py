@@ -21,7 +21,8 @@ import numpy as np
 from ngram.suffix_index import SuffixIndex
 from ngram.suffix_sort import SEP
 
-# Ranges of at most this many rows are scanned in Python; longer ones with numpy.
+# Ranges of at most this many rows are scanned in Python; longer ones with numpy, and their
+# children are cached in the index until it changes.
 SMALL_RANGE = 16
 # Next tokens (ascending) and their counts: lists, or numpy arrays when there are many.
 Children = tuple[list[int], list[int]] | tuple[np.ndarray, np.ndarray]
@@ -68,12 +69,17 @@ class IndexCursor:
             runs = [(v, f, e) for v, f, e in zip([vals[sa[i] + d] for i in firsts], firsts, lasts) if v != SEP]
             self._runs = ([v for v, _, _ in runs], [f for _, f, _ in runs], [e for _, _, e in runs])
             return [v - 1 for v, _, _ in runs], [e - f for _, f, e in runs]
-        firsts = np.concatenate(([lo], np.flatnonzero(ix.lcp[lo + 1 : hi] <= d) + (lo + 1)))
-        lasts = np.append(firsts[1:], hi)
-        values = ix.vals[ix.sa[firsts].astype(np.int64) + d].astype(np.int64)
-        keep = values != SEP
-        self._runs = (values[keep], firsts[keep], lasts[keep])
-        return values[keep] - 1, (lasts - firsts)[keep]
+        runs = ix.cached_children(lo, hi, d)
+        if runs is None:
+            firsts = np.concatenate(([lo], np.flatnonzero(ix.lcp[lo + 1 : hi] <= d) + (lo + 1)))
+            lasts = np.append(firsts[1:], hi)
+            values = ix.vals[ix.sa[firsts].astype(np.int64) + d].astype(np.int64)
+            keep = values != SEP
+            runs = (values[keep], firsts[keep], lasts[keep])
+            ix.cache_children(lo, hi, d, runs)
+        self._runs = runs
+        values, firsts, lasts = runs
+        return values - 1, lasts - firsts
 
     def descend(self, token: int) -> None:
         """Narrow to the child ``token`` of the last ``children()`` (empty if it is not one)."""

@@ -137,6 +137,13 @@ def test_walk_probabilities_by_hand():
     assert store.draft(encode_context([1], 4), 1, 4, 4, 1.0, 0.0)[1] == [2]
 
 
+def test_the_worked_example_of_the_docs():
+    x, q, a, b, c, d, e, y = range(8)
+    store = filled_store([[x, a, b, c, d], [a, b, c, d, y], [a, b, c, e]], span=8)
+    m, tokens, probs = store.draft(encode_context([q, a, b, c], 4), 4, 4, 4, 1.0, 0.1)
+    assert (m, tokens, probs) == (3, [d, y], [2 / 3, 2 / 3])
+
+
 def test_ends_of_requests_and_the_context_itself_are_no_occurrences():
     store = filled_store([[7, 8], [5, 7]], span=6)  # 7 ends the second request
     assert store.draft(encode_context([7], 3), 1, 3, 3, 3.0, 0.0) == (1, [8], [1.0])
@@ -281,3 +288,10 @@ def test_a_large_random_corpus_matches_the_reference_on_samples():
         context = r[:cut] + [rnd.randrange(8) for _ in range(rnd.randint(0, 2))]
         got = store.draft(encode_context(context, 6), len(context), 6, 6, 2.0, 0.05)
         assert got == ref.draft(requests, context, 6, 6, 2.0, 0.05)
+
+
+def test_lcp_stops_at_a_separator_not_at_zero_bytes_across_values():
+    # Values 0x100 then 0x1 are bytes 00 00 01 00 00 00 00 01: four zero bytes, not aligned.
+    store = filled_store([[255, 0, 7], [255, 0, 7]], span=5)
+    assert store.index.lcp.tolist()[1:].count(3) == 1  # the two [255 0 7] windows share 3 tokens
+    assert_same_index(store, SuffixStore.from_requests(5, BIG, [[255, 0, 7], [255, 0, 7]]))
