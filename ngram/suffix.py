@@ -127,9 +127,15 @@ class SuffixDrafter:
         grown = n_context - st.n_context  # a match that went on is longer by this much
         st.m_local, own, own_p = local.draft(last_token, context, cap, cfg.factor, cfg.min_prob,
                                              st.m_local + grown if st.m_local else 0)
+        st.n_context = n_context
+        # A global draft is worth at most its length, at most cap and match x factor: when the local
+        # one is worth that much already, the global one could only tie (and lose the tie).
+        if own and sum(own_p) >= min(cap, int(min(cfg.depth, n_context) * cfg.factor)):
+            st.m_global = 0
+            st.tag, st.probs = TAG_LOCAL, own_p
+            return own
         st.m_global, shared, shared_p = self.store.draft(context, n_context, cfg.depth, cap, cfg.factor,
                                                          cfg.min_prob, st.m_global + grown if st.m_global else 0)
-        st.n_context = n_context
         if own and sum(own_p) >= sum(shared_p):
             st.tag, st.probs = TAG_LOCAL, own_p
             return own

@@ -120,7 +120,7 @@ class SuffixStore:
         """As ``from_requests``, for requests given as lengths (each >= 1) and their tokens end to end.
 
         ``order`` is the index's (sa, lcp) for exactly these requests, as a saved store holds it: taken
-        as it is, sparing the sort and its memory (about 100 bytes per token at its peak).
+        as it is, sparing the sort and its memory (about 130 bytes per token at its peak).
         """
         store = cls(span, max_bytes)
         lengths = np.asarray(lengths, dtype=np.int64)

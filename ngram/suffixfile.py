@@ -5,7 +5,7 @@ Format: ``b"SSSUFFIX"`` + msgpack header ``{version, fingerprint, span, n_reques
 ``n_tokens`` int32 tokens, ``n_tokens`` int32 sorted starts and ``n_tokens`` uint8 LCPs (the index,
 ``ngram/suffix_index.py``): 9 bytes per token.
 
-The index is saved because sorting again takes seconds and about 100 bytes per token of memory at
+The index is saved because sorting again takes seconds and about 130 bytes per token of memory at
 its peak (gigabytes for a full default budget); loaded with the same ``span`` it is checked (a
 permutation of the token positions, LCPs within the span) and taken as it is, otherwise it is
 rebuilt from the requests, so a changed ``depth`` or ``n_max`` still loads. Its order is not
