@@ -34,7 +34,7 @@ from ngram.suffix_sort import SPAN_MAX
 from ngram.suffix_store import SuffixStore
 
 MIB = 1 << 20
-MAX_MB = 1 << 16  # keeps corpus positions within int32 at ~13 bytes per token
+MAX_MB = 1 << 14  # 16 GiB: at >= 13 bytes per token, corpus positions stay within int32
 # draft_tag() values: which structure drafted the slot's last draft ("" for none).
 TAG_GLOBAL = "global"
 TAG_LOCAL = "local"

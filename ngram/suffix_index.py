@@ -39,7 +39,7 @@ BYTES_PER_SLOT = 2 * VALUE_BYTES  # a corpus value held as uint32 and as bytes
 BYTES_PER_SUFFIX = 5  # its int32 start and uint8 LCP
 SEP_BYTES = SEP.to_bytes(VALUE_BYTES, "big")
 FIRST_TOKEN = (SEP + 1).to_bytes(VALUE_BYTES, "big")  # the smallest value that is a token
-CACHE_CHILDREN = 1 << 18
+CACHE_CHILDREN = 1 << 18  # children of long ranges kept at most (24 bytes each): see cache_children
 # New starts go in one by one while (new starts) x (indexed starts) stays within this many moved
 # entries; beyond, one numpy merge (about 150 µs of fixed cost, then linear) is cheaper.
 ONE_BY_ONE_MOVES = 1 << 20
