@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-from typing import Any
+from typing import Any, Sequence
 
 import msgpack
 import numpy as np
@@ -37,14 +37,20 @@ class CacheFileError(ValueError):
         self.problem = problem
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically: temp file in the same dir, fsync, rename, fsync dir."""
+def atomic_write_bytes(path: str | os.PathLike, data: bytes | Sequence[bytes | memoryview]) -> None:
+    """Write ``data`` to ``path`` atomically: temp file in the same dir, fsync, rename, fsync dir.
+
+    ``data`` may be a list of parts, written one after the other: a large file need not be joined
+    into one more copy in memory first.
+    """
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=TEMP_SUFFIX, dir=directory)
+    parts = [data] if isinstance(data, (bytes, bytearray, memoryview)) else data
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            for part in parts:
+                f.write(part)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

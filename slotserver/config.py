@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from ngram.cache import NgramCacheConfig
 from ngram.map_state import NgramMapConfig
 from ngram.mod import NgramModConfig
+from ngram.suffix import SuffixConfig
 from slotserver.chain import SELECT_MODES, DraftLimits
 from slotserver.chains import SCOPES
 from slotserver.drafter_types import BY_NAME, DRAFT_MODEL, RANK
@@ -29,6 +30,7 @@ class SpecConfig:
     ngram_map_k: NgramMapConfig = field(default_factory=NgramMapConfig)
     ngram_map_k4v: NgramMapConfig = field(default_factory=NgramMapConfig)
     ngram_cache: NgramCacheConfig = field(default_factory=NgramCacheConfig)
+    suffix: SuffixConfig = field(default_factory=SuffixConfig)
     lookup_static: str = ""  # -lcs: read-only static n-gram cache file
     lookup_dynamic: str = ""  # -lcd: dynamic n-gram cache file, loaded and saved
     lookup_format: str = "llamacpp"  # format the dynamic cache is saved in: llamacpp | msgpack

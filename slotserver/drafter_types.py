@@ -4,7 +4,8 @@ Everything that names drafters derives from ``DRAFTER_TYPES``: the precedence of
 (table order, llama.cpp's ``ngram-simple > ngram-map-k > ngram-map-k4v > ngram-mod > ngram-cache``),
 the ``--spec-type`` choices, request validation of ``speculative.type``, the ``impl`` label of the
 metrics and statistics lines, ``ngram_tool stats`` and the drafter micro-benchmark. A drafter has
-exactly one name: its type name. The draft model (``draft-simple``) follows them in precedence.
+exactly one name: its type name. ``suffix`` (ours, SuffixDecoding) comes after llama.cpp's types; the
+draft model (``draft-simple``) follows them all in precedence.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from ngram.map_state import NgramMapConfig
 from ngram.mod import NgramMod, NgramModConfig
 from ngram.protocol import Drafter
 from ngram.simple import NgramSimple
+from ngram.suffix import SuffixConfig, SuffixDrafter
 
 if TYPE_CHECKING:  # SpecConfig imports this table; only annotations need it here
     from slotserver.config import SpecConfig
@@ -45,6 +47,7 @@ DRAFTER_TYPES: tuple[DrafterType, ...] = (
     DrafterType("ngram-map-k4v", NgramMapK4v, "ngram_map_k4v", NgramMapConfig, lambda c: c.size_m),
     DrafterType("ngram-mod", NgramMod, "ngram_mod", NgramModConfig, lambda c: c.n_max),
     DrafterType("ngram-cache", NgramCacheDrafter, "ngram_cache", NgramCacheConfig, lambda c: c.n_draft),
+    DrafterType("suffix", SuffixDrafter, "suffix", SuffixConfig, lambda c: c.n_max),
 )
 NAMES: tuple[str, ...] = tuple(t.name for t in DRAFTER_TYPES)
 BY_NAME: dict[str, DrafterType] = {t.name: t for t in DRAFTER_TYPES}

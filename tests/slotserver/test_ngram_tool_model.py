@@ -37,5 +37,5 @@ def test_create_and_stats(tmp_path, capsys):
     assert main(["stats", "-m", model_path(), "-f", str(corpus), "-lcs", str(out), "--n-draft", "4"]) == 0
     lines = capsys.readouterr().out.splitlines()
     rows = {line.split()[0]: line.split() for line in lines[2:]}
-    assert set(rows) == {"ngram-mod", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-cache"}
+    assert set(rows) == {"ngram-mod", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-cache", "suffix"}
     assert int(rows["ngram-simple"][2]) > 0 and int(rows["ngram-cache"][3]) > 0
