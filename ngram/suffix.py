@@ -19,8 +19,9 @@ Differences from ArcticInference's tree (same counts, same greedy path otherwise
   parent, lowering every estimate after it) and the live context's own suffix is no occurrence;
 - ties between children go to the smallest token (theirs: hash-map order).
 
-A request is learned when the slot's next ``begin()`` arrives, from the history seen by its last
-``draft()`` call and that call's ``last_token`` (the tokens accepted in the very last step are not seen).
+A request is learned when it ends (``finish(slot, history)``, called by the chain when the slot is
+released), or else when the slot's next ``begin()`` arrives, from the history seen by its last
+``draft()`` call and that call's ``last_token``.
 """
 
 from __future__ import annotations
@@ -99,12 +100,24 @@ class SuffixDrafter:
         local.reset(prompt)
         self.slots[slot] = SlotState(local, 0 if self.config.learn_prompts else len(prompt))
 
-    def finish(self, slot: int) -> None:
-        """Store the slot's request in the global structure now (``begin`` does it for the last one)."""
+    def finish(self, slot: int, history: Sequence[int] | None = None) -> None:
+        """The slot's request ended: store it in the global structure now (``begin`` does it for a
+        request that was not finished). ``history``: the request's whole final context (prompt,
+        output and the last sampled token); without it, what the last ``draft()`` call saw."""
         st = self.slots.pop(slot, None)
-        if st is None or st.last is None:
+        if st is None:
             return
-        self.store.add(st.local.tokens[st.out_start :] + [st.last])
+        tokens = st.local.tokens
+        n = len(tokens)
+        if history is not None and len(history) >= n and (not n or (history[0] == tokens[0]
+                                                                    and history[n - 1] == tokens[-1])):
+            learned = [int(t) for t in history[st.out_start :]]  # the index itself is dropped: no sync
+        elif st.last is not None:
+            learned = tokens[st.out_start :] + [st.last]
+        else:
+            return
+        if learned:
+            self.store.add(learned)
 
     def draft(self, slot: int, history: Sequence[int], last_token: int, n_max: int) -> list[int]:
         st = self.slots.get(slot)

@@ -71,6 +71,7 @@ class DraftChain:
         self._global: dict[Key, sel.Counts] = {}  # drafter-wide acceptance
         self._slot: dict[tuple[int, Key], sel.Counts] = {}  # a slot's acceptance, this request
         self._probe: dict[tuple[int, Key], sel.Probe] = {}
+        self._hint: dict[int, list[float]] = {}  # slot -> its draft's drafter estimates (sel.hint), if any
 
     @classmethod
     def from_spec(cls, spec: SpecConfig, *, stats: dict[str, DrafterStats] | None = None,
@@ -84,6 +85,7 @@ class DraftChain:
 
     def begin(self, slot: int, prompt: Sequence[int]) -> None:
         self._last.pop(slot, None)
+        self._hint.pop(slot, None)
         for key in [k for k in self._slot if k[0] == slot]:
             del self._slot[key]
             self._probe.pop(key, None)
@@ -96,13 +98,23 @@ class DraftChain:
         if self.model:
             self.stats[DRAFT_MODEL].n_call_begin += 1
 
+    def finish(self, slot: int, history: Sequence[int]) -> None:
+        """The slot's request ended with ``history`` (prompt, output, last sampled token): drafters
+        that learn whole requests (``finish``, optional in the protocol) learn it now."""
+        self._last.pop(slot, None)
+        self._hint.pop(slot, None)
+        for _, d in self.drafters:
+            if hasattr(d, "finish"):
+                d.finish(slot, history)
+
     def draft(self, slot: int, history: Sequence[int], last_token: int, limits: DraftLimits) -> list[int]:
         """The slot's draft this step from its drafters (the draft model aside), ``[]`` for none."""
         self._last.pop(slot, None)
+        self._hint.pop(slot, None)
         if limits.n_max <= 0:
             return []
         expected = (limits.select or self.select) == "expected" and self.profile is not None
-        best: tuple[float, Key, list[int]] | None = None
+        best: tuple[float, Key, list[int], list[float] | None] | None = None
         for name, d in self.drafters:
             if limits.types is not None and name not in limits.types:
                 continue
@@ -114,30 +126,46 @@ class DraftChain:
             if not tokens or len(tokens) < limits.n_min:
                 continue
             key = (name, d.draft_tag(slot) if hasattr(d, "draft_tag") else "")
+            hint = None
+            if hasattr(d, "draft_probs"):
+                cum = d.draft_probs(slot)[: len(tokens)]
+                if len(cum) == len(tokens):
+                    hint = sel.hint(cum)
+                    key = (name, f"{key[1]}:{sel.hint_class(cum)}")
             if not expected:
-                best = (0.0, key, tokens)
+                best = (0.0, key, tokens, hint)
                 break
-            rate = sel.best_rate(self._q(slot, key, len(tokens)), self.profile)
+            rate = sel.best_rate(self._q(slot, key, len(tokens), hint), self.profile)
             if best is None or rate > best[0]:
-                best = (rate, key, tokens)
+                best = (rate, key, tokens, hint)
         if best is None:
             return []
         self._last[slot] = (best[1], len(best[2]))
+        if best[3] is not None:
+            self._hint[slot] = best[3]
         return best[2]
 
     def confidence(self, slot: int) -> list[float]:
         """Cumulative acceptance probabilities of the slot's current draft (``spec_select``)."""
         key, n = self._last.get(slot, (None, 0))
-        return self._q(slot, key, n) if key is not None else []
+        return self._q(slot, key, n, self._hint.get(slot)) if key is not None else []
 
-    def _q(self, slot: int, key: Key, n: int) -> list[float]:
+    def _q(self, slot: int, key: Key, n: int, hint: list[float] | None = None) -> list[float]:
+        """Cumulative acceptance estimates of an ``n``-token draft of ``key``; ``hint``: the
+        drafter's own estimates (conditional, per position), the prior instead of ``PRIOR_P``."""
         glob = self._global.get(key) or sel.Counts()
-        p = glob.probs(None, sel.PRIOR_WEIGHT)
         own = self._slot.get((slot, key))
+        probe = self._probe.get((slot, key))
+        n_sure = sel.PROBE_ROWS if probe is not None and probe.due() else 0
+        if hint is not None:
+            p = glob.position_probs(hint[:n], sel.PRIOR_WEIGHT)
+            if own is not None:
+                p = own.position_probs(p, sel.SLOT_WEIGHT)
+            return sel.product(p, n_sure)
+        p = glob.probs(None, sel.PRIOR_WEIGHT)
         if own is not None:
             p = own.probs(p, sel.SLOT_WEIGHT)
-        probe = self._probe.get((slot, key))
-        return sel.cumulative(p, n, sel.PROBE_ROWS if probe is not None and probe.due() else 0)
+        return sel.cumulative(p, n, n_sure)
 
     def winner(self, slot: int) -> str | None:
         """The type name of the slot's current draft's drafter (None: no draft of the chain's)."""
@@ -156,6 +184,7 @@ class DraftChain:
             probe.denied()
             self.stats[key[0]].n_skipped += 1
             self._last.pop(slot)
+            self._hint.pop(slot, None)
         elif probe.due():
             probe.probing = True
 
@@ -175,6 +204,7 @@ class DraftChain:
             return []
         tokens = tokens[: limits.n_max]
         self._last[slot] = ((DRAFT_MODEL, ""), len(tokens))
+        self._hint.pop(slot, None)
         return tokens
 
     def accept(self, slot: int, n_verified: int, n_accepted: int) -> None:
@@ -185,6 +215,7 @@ class DraftChain:
         """
         assert 0 <= n_accepted <= n_verified
         last = self._last.pop(slot, None)
+        self._hint.pop(slot, None)
         if last is None or n_verified == 0:  # no draft of the chain's (none, cut to nothing, or the oracle's)
             return
         key = last[0]

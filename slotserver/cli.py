@@ -17,6 +17,7 @@ from aiohttp.web_runner import GracefulExit
 from ngram.cache import NgramCacheConfig
 from ngram.map_state import NgramMapConfig
 from ngram.mod import NgramModConfig
+from ngram.suffix import SuffixConfig
 from slotserver.api.app import create_app
 from slotserver.calibrate import load_or_measure, profile_dir
 from slotserver.api.security import load_api_keys, parse_cors_origins
@@ -148,6 +149,10 @@ def spec_config(args: argparse.Namespace) -> SpecConfig:
         lookup_static=args.lookup_cache_static,
         lookup_dynamic=args.lookup_cache_dynamic,
         lookup_format=args.lookup_cache_format,
+        suffix=SuffixConfig(depth=args.spec_suffix_depth, min_prob=args.spec_suffix_min_prob,
+                            factor=args.spec_suffix_factor, max_mb=args.spec_suffix_max_mb,
+                            n_max=args.spec_suffix_n_max, learn_prompts=args.spec_suffix_learn_prompts),
+        suffix_file=args.spec_suffix_file,
         mod_file=args.spec_ngram_mod_file,
         ignore_bad_files=args.spec_ignore_bad_files,
         save_interval_s=args.spec_save_interval,

@@ -125,6 +125,8 @@ class SlotLifecycle:
         if slot.grammar is not None:
             free_sampler(slot.grammar)
         slot.sampler = slot.grammar = None
+        if slot.chain is not None and slot.state is SlotState.GENERATING:
+            slot.chain.finish(slot.id, slot.cache + [slot.sampled] if slot.sampled >= 0 else list(slot.cache))
         slot.chain = None
         slot.job = None
         slot.pending = []

@@ -1,4 +1,5 @@
-"""Learned drafter structures that outlive the process: the ngram-mod pool and the n-gram caches.
+"""Learned drafter structures that outlive the process: the ngram-mod pool, the n-gram caches and
+the suffix drafter's global structure.
 
 Loaded once at start, before the engine runs: temporary files an interrupted save left behind
 are removed; a file that cannot be read, or holds a token id outside the model's vocabulary
@@ -31,6 +32,8 @@ from ngram.cachefile import load_cache, save_cache
 from ngram.fileio import CacheFileError, remove_stale_temps
 from ngram.mod import NgramMod
 from ngram.poolfile import load_pool, save_pool, snapshot_pool
+from ngram.suffix import SuffixDrafter
+from ngram.suffixfile import load_store, save_store, snapshot_store
 from slotserver.chain import DraftChain
 from slotserver.config import SpecConfig
 from slotserver.fingerprint import VocabInfo
@@ -40,6 +43,7 @@ log = logging.getLogger(__name__)
 
 KIND_POOL = "ngram_mod_pool"  # ServerStats.file() kinds, the metric label ``kind``
 KIND_DYNAMIC = "ngram_cache_dynamic"
+KIND_SUFFIX = "suffix_store"
 WRITER_THREAD_NAME = "slotserver-save"
 
 Write = Callable[[str], None]  # writes a snapshot to the given path
@@ -62,6 +66,7 @@ class Persistence:
         self.stats = stats
         self.mod: NgramMod | None = _find(chain, NgramMod)
         self.cache: NgramCacheDrafter | None = _find(chain, NgramCacheDrafter)
+        self.suffix: SuffixDrafter | None = _find(chain, SuffixDrafter)
         self._vocab_fn = vocab
         self._fingerprint: str | None = None
         self._n_vocab: int | None = None
@@ -89,11 +94,12 @@ class Persistence:
 
     @property
     def is_active(self) -> bool:
-        return bool((self.mod and self.spec.mod_file) or (self.cache and self.spec.lookup_dynamic))
+        return bool(self._written_paths())
 
     def _written_paths(self) -> list[str]:
         spec = self.spec
-        return [p for p in (spec.mod_file if self.mod else "", spec.lookup_dynamic if self.cache else "") if p]
+        return [p for p in (spec.mod_file if self.mod else "", spec.lookup_dynamic if self.cache else "",
+                            spec.suffix_file if self.suffix else "") if p]
 
     def load(self) -> None:
         """Read the configured files (before the engine runs; loads the vocabulary once)."""
@@ -115,6 +121,8 @@ class Persistence:
                 else:
                     self.mod.pool = pool
                     log.info("loaded the ngram-mod pool from %s (%d entries used)", spec.mod_file, pool.n_used)
+        if self.suffix is not None and spec.suffix_file and os.path.exists(spec.suffix_file):
+            self._load_suffix(spec.suffix_file)
         if self.cache is not None and spec.lookup_static:
             loaded = self._read(spec.lookup_static, lambda p: load_cache(p, self.fingerprint, n_vocab=self.n_vocab))
             if loaded is not None:
@@ -128,6 +136,15 @@ class Persistence:
                     log.warning("%s is larger than the dynamic cache's memory budget (%d bytes): "
                                 "%d n-grams evicted (least draft value per byte first)", spec.lookup_dynamic,
                                 self.cache.dynamic.max_bytes, n_evicted)
+
+    def _load_suffix(self, path: str) -> None:
+        cfg = self.suffix.config
+        store = self._read(path, lambda p: load_store(p, cfg.span, cfg.max_bytes, self.fingerprint,
+                                                      n_vocab=self.n_vocab))
+        if store is not None:
+            self.suffix.store = store
+            log.info("loaded the suffix drafter's global structure from %s (%d requests, %d tokens)",
+                     path, len(store.lengths), store.n_tokens)
 
     def _read(self, path: str, reader):
         try:
@@ -193,6 +210,8 @@ class Persistence:
             jobs.append((KIND_POOL, spec.mod_file, self._snapshot_pool))
         if self.cache is not None and spec.lookup_dynamic:
             jobs.append((KIND_DYNAMIC, spec.lookup_dynamic, self._snapshot_dynamic))
+        if self.suffix is not None and spec.suffix_file:
+            jobs.append((KIND_SUFFIX, spec.suffix_file, self._snapshot_suffix))
         return [job for job in jobs if job[1] not in self._no_write]
 
     def _snapshot_pool(self) -> Write:
@@ -202,6 +221,10 @@ class Persistence:
     def _snapshot_dynamic(self) -> Write:
         learned, fmt, fingerprint = self.cache.learned(), self.spec.lookup_format, self.fingerprint
         return lambda path: save_cache(learned, path, fmt, fingerprint)
+
+    def _snapshot_suffix(self) -> Write:
+        store, fingerprint = snapshot_store(self.suffix.store), self.fingerprint
+        return lambda path: save_store(store, path, fingerprint)
 
     def _snapshot(self, kind: str, path: str, take_snapshot: Callable[[], Write]) -> Write | None:
         try:

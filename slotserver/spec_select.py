@@ -9,6 +9,13 @@ draft lengths grow as fast as the evidence allows. A slot's estimate leans on th
 estimate over all slots (``SLOT_WEIGHT`` tokens' worth), which leans on ``PRIOR_P``. Older outcomes
 fade (``*_DECAY`` per verified draft): acceptance changes within an answer.
 
+**Drafters that estimate.** A drafter that gives its own probability per draft token
+(``draft_probs``: the suffix drafter's frequencies) has those estimates as the prior, position by
+position, instead of ``PRIOR_P`` and the bin before: a draft every earlier occurrence agreed on is
+trusted from its first use (say, after a restart with a saved structure), and the counts correct
+the drafter where it is over-confident. Its drafts are told apart by how sure the drafter was of
+the first token (``hint_class``), so sure and unsure drafts learn separately.
+
 **Selection.** Each generating slot offers its draft with the cumulative probabilities q_1 >= q_2
 >= ... (q_i = chance that the first i draft tokens are all accepted, so verifying token i yields
 q_i tokens in expectation). The step verifies the rows with the highest q first, across all slots,
@@ -38,6 +45,7 @@ PRIOR_WEIGHT = 2.0  # tokens' worth of the prior (or the bin before) in a drafte
 SLOT_WEIGHT = 4.0  # tokens' worth of the drafter-wide estimate in a slot's bin
 GLOBAL_DECAY = 0.98  # per verified draft, drafter-wide
 SLOT_DECAY = 0.85  # per verified draft of the slot
+HINT_MIN, HINT_MAX = 0.05, 0.99  # a drafter's estimate as a prior: never certain either way
 PROBE_MIN = 4
 PROBE_MAX = 256
 PROBE_ROWS = 4
@@ -77,6 +85,37 @@ class Counts:
             p0 = prior[b] if prior is not None else (out[-1] if out else PRIOR_P)
             out.append((self.acc[b] + weight * p0) / (self.tried[b] + weight))
         return out
+
+
+    def position_probs(self, prior: Sequence[float], weight: float) -> list[float]:
+        """Per draft position, the acceptance rate of its bin shrunk towards ``prior[pos]`` by ``weight``."""
+        acc, tried = self.acc, self.tried
+        return [(acc[b] + weight * p0) / (tried[b] + weight) for b, p0 in ((bin_of(i), p) for i, p in enumerate(prior))]
+
+
+def hint(cum: Sequence[float]) -> list[float]:
+    """A drafter's cumulative probability estimates as conditional ones per position, clamped."""
+    out, before = [], 1.0
+    for q in cum:
+        out.append(min(max(q / before if before > 0 else 0.0, HINT_MIN), HINT_MAX))
+        before = q
+    return out
+
+
+def hint_class(cum: Sequence[float]) -> str:
+    """How sure a drafter was of its draft's first token: its drafts learn separately per class."""
+    first = cum[0] if cum else 0.0
+    return "sure" if first >= 0.999 else "likely" if first >= 0.5 else "unsure"
+
+
+def product(p: Sequence[float], n_sure: int = 0) -> list[float]:
+    """Cumulative products of per-position probabilities; the first ``n_sure`` count as certain."""
+    out, q = [], 1.0
+    for pos, pp in enumerate(p):
+        if pos >= n_sure:
+            q *= pp
+        out.append(q)
+    return out
 
 
 def cumulative(p_bins: Sequence[float], n: int, n_sure: int = 0) -> list[float]:

@@ -45,6 +45,7 @@ def add_speculative_args(parser) -> None:
         g.add_argument(f"--spec-ngram-{kind}-size-m", type=int, default=48, metavar="N", help=f"ngram-{kind}: longest draft")
         g.add_argument(f"--spec-ngram-{kind}-min-hits", type=int, default=1, metavar="N",
                        help=f"ngram-{kind}: key hits before drafting" + (" (used by map-k4v only)" if kind != "map-k4v" else ""))
+    _suffix_args(g)
     g.add_argument("-lcs", "--lookup-cache-static", default="", metavar="FNAME",
                    help="ngram-cache: static n-gram cache file (llama.cpp or msgpack format; never written)")
     g.add_argument("-lcd", "--lookup-cache-dynamic", default="", metavar="FNAME",
@@ -79,6 +80,24 @@ def _draft_model(g) -> None:
                    help="slotserver: draft with the draft model only where a draft token's chance of acceptance "
                         "pays for its cost as measured at start-up (pays), or always (llama-server's behaviour); "
                         "docs/drafters.md")
+
+
+def _suffix_args(g) -> None:
+    """slotserver's own suffix drafter (SuffixDecoding; docs/drafters.md#suffix-suffixdecoding)."""
+    g.add_argument("--spec-suffix-depth", type=int, default=24, metavar="N",
+                   help="suffix: longest suffix of the context matched")
+    g.add_argument("--spec-suffix-min-prob", type=float, default=0.1, metavar="P",
+                   help="suffix: a draft stops before a token whose estimated probability is below P")
+    g.add_argument("--spec-suffix-factor", type=float, default=1.0, metavar="F",
+                   help="suffix: a draft has at most match length x F tokens")
+    g.add_argument("--spec-suffix-n-max", type=int, default=64, metavar="N", help="suffix: longest draft")
+    g.add_argument("--spec-suffix-max-mb", type=float, default=256.0, metavar="MiB",
+                   help="suffix: memory budget of the global structure; over it, the oldest requests go first")
+    g.add_argument("--spec-suffix-learn-prompts", action="store_true",
+                   help="suffix: the global structure learns prompts too, not only outputs")
+    g.add_argument("--spec-suffix-file", default="", metavar="PATH",
+                   help="suffix: load the global structure from PATH at start and save it there (atomically); "
+                        "'python -m slotserver.ngram_tool suffix-build' prebuilds one from text files")
 
 
 def _own_args(g) -> None:

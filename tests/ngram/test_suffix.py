@@ -295,3 +295,35 @@ def test_lcp_stops_at_a_separator_not_at_zero_bytes_across_values():
     store = filled_store([[255, 0, 7], [255, 0, 7]], span=5)
     assert store.index.lcp.tolist()[1:].count(3) == 1  # the two [255 0 7] windows share 3 tokens
     assert_same_index(store, SuffixStore.from_requests(5, BIG, [[255, 0, 7], [255, 0, 7]]))
+
+
+def test_finish_learns_the_whole_request_including_the_last_step():
+    d = SuffixDrafter(SuffixConfig(depth=4, n_max=8))
+    prompt = [1, 2, 3]
+    d.begin(0, prompt)
+    d.draft(0, prompt, 10, 8)  # the last draft call saw the output up to 10
+    final = prompt + [10, 11, 12, 13]  # the last step accepted 11, 12 and sampled 13
+    d.finish(0, final)
+    assert d.store.requests() == [[10, 11, 12, 13]]
+    d.finish(0, final)  # a second finish has nothing left to learn
+    assert d.store.requests() == [[10, 11, 12, 13]]
+    d.begin(1, [7, 8])
+    d.finish(1, [7, 8, 9])  # no draft call at all: the output is still learned
+    assert d.store.requests() == [[10, 11, 12, 13], [9]]
+
+
+def test_finish_after_the_history_was_replaced_learns_what_the_drafter_saw():
+    d = SuffixDrafter(SuffixConfig(depth=4, n_max=8))
+    d.begin(0, [1, 2, 3])
+    d.draft(0, [1, 2, 3, 4], 5, 8)
+    d.finish(0, [9, 9])  # not the history the slot started with: fall back to the drafter's view
+    assert d.store.requests() == [[4, 5]]
+
+
+def test_finished_output_drafts_for_another_slot_at_once():
+    d = SuffixDrafter(SuffixConfig(depth=4, n_max=8))
+    d.begin(0, [1, 2])
+    d.finish(0, [1, 2, 20, 21, 22, 23, 24])
+    d.begin(1, [5, 6])  # slot 1, another prompt; its output starts like slot 0's
+    assert d.draft(1, [5, 6, 20], 21, 8) == [22, 23]  # match [20, 21]: 2 tokens x factor 1
+    assert d.draft_tag(1) == TAG_GLOBAL

@@ -122,3 +122,32 @@ def test_begin_forgets_the_slot_but_not_the_drafter():
     chain.draft(0, [1], 1, LIMITS)
     q = chain.confidence(0)[0]
     assert slot_q < q < sel.PRIOR_P  # the drafter-wide record stays, the slot's own is gone
+
+
+class Estimating(Tagged):
+    """Gives its own probability per draft token, as the suffix drafter."""
+
+    def __init__(self, tokens, tag, probs):
+        super().__init__(tokens, tag)
+        self.probs = probs
+
+    def draft_probs(self, slot):
+        return list(self.probs)
+
+
+def test_a_drafters_estimates_are_the_prior_and_sure_drafts_learn_apart():
+    sure = Estimating(list(range(16)), "global", [1.0] * 16)
+    chain = DraftChain([("suffix", sure)], profile=GEMMA)
+    chain.begin(0, [1])
+    chain.draft(0, [1], 1, LIMITS)
+    assert chain.confidence(0) == pytest.approx(sel.product([sel.HINT_MAX] * 16))  # trusted at once
+    assert chain.confidence(0)[15] > 0.8 > sel.PRIOR_P
+    chain.accept(0, 16, 16)
+    assert ("suffix", "global:sure") in chain._global
+    sure.probs = [0.3, 0.15]  # an unsure draft: its own class, its own estimates
+    sure.tokens = [1, 2]
+    chain.draft(0, [1], 1, LIMITS)
+    assert chain.confidence(0) == pytest.approx([0.3, 0.15])
+    chain.accept(0, 2, 0)
+    assert chain._global[("suffix", "global:unsure")].tried[0] == 1
+    assert chain._global[("suffix", "global:sure")].tried[0] == 1  # untouched by the unsure draft

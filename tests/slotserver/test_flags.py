@@ -28,6 +28,12 @@ VALUE_FLAGS = [
     (("-ub", "--ubatch-size"), "32", "engine.n_ubatch", 32),
     (("-np", "--parallel"), "3", "engine.n_parallel", 3),
     (("-a", "--alias"), "mine", "alias", "mine"),
+    (("--spec-suffix-depth",), "12", "spec.suffix.depth", 12),
+    (("--spec-suffix-min-prob",), "0.25", "spec.suffix.min_prob", 0.25),
+    (("--spec-suffix-factor",), "2", "spec.suffix.factor", 2.0),
+    (("--spec-suffix-n-max",), "32", "spec.suffix.n_max", 32),
+    (("--spec-suffix-max-mb",), "8", "spec.suffix.max_mb", 8.0),
+    (("--spec-suffix-file",), "s.sssuffix", "spec.suffix_file", "s.sssuffix"),
     (("-s", "--seed"), "5", "seed", 5),
     (("-to", "--timeout"), "9", "limits.timeout_s", 9.0),
     (("--keep",), "-1", "n_keep", -1),
@@ -244,7 +250,9 @@ def test_speculative_defaults_reach_parsed_requests():
 
 @pytest.mark.parametrize("argv", [["--top-p", "2"], ["--temp", "nan"], ["--samplers", "bogus"],
                                   ["--sampling-seq", "q"], ["--draft-max", "5000"], ["--draft-p-min", "2"],
-                                  ["--metrics-series", "vllm"], ["--spec-ngram-mod-n-match-cold", "-1"]])
+                                  ["--metrics-series", "vllm"], ["--spec-ngram-mod-n-match-cold", "-1"],
+                                  ["--spec-suffix-depth", "0"], ["--spec-suffix-min-prob", "1.5"],
+                                  ["--spec-suffix-max-mb", "0"]])
 def test_out_of_range_defaults_stop_the_start(argv):
     with pytest.raises(ValueError):
         config(argv)

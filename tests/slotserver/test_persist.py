@@ -23,10 +23,13 @@ from ngram.fileio import stale_temp_files
 from ngram.mod import NgramMod, NgramModConfig
 from ngram.pool import HashPool
 from ngram.poolfile import load_pool, save_pool
+from ngram.suffix import SuffixConfig, SuffixDrafter
+from ngram.suffix_store import SuffixStore
+from ngram.suffixfile import save_store
 from slotserver.chain import DraftChain
 from slotserver.config import SpecConfig
 from slotserver.fingerprint import VocabInfo
-from slotserver.persist import KIND_DYNAMIC, KIND_POOL, WRITER_THREAD_NAME, Persistence, StartupFileError
+from slotserver.persist import KIND_DYNAMIC, KIND_POOL, KIND_SUFFIX, WRITER_THREAD_NAME, Persistence, StartupFileError
 from slotserver.stats import ServerStats
 
 FP = "ef" * 32
@@ -275,3 +278,40 @@ def test_maybe_save_waits_for_the_interval(tmp_path, made):
     s.p.load()
     s.p.maybe_save()
     assert s.stats.file(KIND_POOL).n_saves == 0 and writer_threads() == []
+
+
+# ---- the suffix drafter's global structure -------------------------------------------------------
+
+def suffix_setup(tmp_path, **spec_kw):
+    spec_kw.setdefault("suffix_file", str(tmp_path / "global.sssuffix"))
+    spec = SpecConfig(types=("suffix",), save_interval_s=0.0, suffix=SuffixConfig(depth=4, n_max=8), **spec_kw)
+    drafter = SuffixDrafter(spec.suffix)
+    p = Persistence(spec, DraftChain([("suffix", drafter)]), ServerStats(), lambda: VocabInfo(FP, N_VOCAB))
+    return spec, drafter, p
+
+
+def test_suffix_store_is_saved_at_shutdown_and_loaded_at_start(tmp_path):
+    spec, drafter, p = suffix_setup(tmp_path)
+    p.load()  # no file yet: an empty store
+    assert p.is_active and drafter.store.n_tokens == 0
+    drafter.store.add([1, 2, 3, 4, 5])
+    drafter.store.add([6, 7, 8])
+    p.save()
+    p.close()
+    assert p.stats.file(KIND_SUFFIX).n_saves == 1
+    _, again, p2 = suffix_setup(tmp_path)
+    p2.load()
+    assert again.store.requests() == [[1, 2, 3, 4, 5], [6, 7, 8]]
+    again.begin(0, [9])
+    assert again.draft(0, [9, 1, 2], 3, 8) == [4, 5]  # the reloaded store drafts
+    p2.close()
+
+
+def test_suffix_file_with_a_token_outside_the_vocabulary_stops_the_start(tmp_path):
+    path = tmp_path / "global.sssuffix"
+    store = SuffixStore(SuffixConfig(depth=4, n_max=8).span, 1 << 20)
+    store.add([1, N_VOCAB + 5])
+    save_store(store, path, FP)
+    _, _, p = suffix_setup(tmp_path)
+    with pytest.raises(StartupFileError, match="global.sssuffix"):
+        p.load()

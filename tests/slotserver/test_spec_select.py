@@ -134,3 +134,16 @@ def test_a_profile_of_one_row_count_extrapolates_without_dividing_by_zero():
     p = VerifyProfile(rows=(1,), t_rows_s=(0.02,), t_seq_s=0, t_input_row_s=0, t_depth_row_s=0, depth=256)
     assert p.t_out(3) == pytest.approx(0.06)
     assert sel.choose([sel.Offer([1.0] * 4, 256)], p) == [0]  # no row is cheaper than a step: nothing pays
+
+
+def test_a_drafters_own_estimates_are_the_prior_position_by_position():
+    h = sel.hint([1.0, 1.0, 0.5, 0.25])
+    assert h == [sel.HINT_MAX, sel.HINT_MAX, 0.5, 0.5]
+    assert sel.hint_class([1.0, 0.5]) == "sure" and sel.hint_class([0.6]) == "likely" and sel.hint_class([0.1]) == "unsure"
+    c = sel.Counts()
+    assert c.position_probs(h, sel.PRIOR_WEIGHT) == pytest.approx(h)  # no data: the drafter's word
+    c.update(4, 1, 1.0)  # positions 0 and 1 tried, position 0 accepted
+    p = c.position_probs(h, sel.PRIOR_WEIGHT)
+    assert p[0] == pytest.approx((1 + 2 * sel.HINT_MAX) / 3) and p[1] == pytest.approx(2 * sel.HINT_MAX / 3)
+    assert p[2] == pytest.approx(0.5) and p[3] == pytest.approx(0.5)  # bin 2 never tried
+    assert sel.product([0.5, 0.5, 0.5], n_sure=1) == [1.0, 0.5, 0.25]
