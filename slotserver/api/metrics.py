@@ -94,6 +94,14 @@ def server_families(runner: Runner) -> Iterator[Metric]:
             yield GaugeMetricFamily(P + "ngram_mod_pool_size_entries", "Entries of the ngram-mod hash pool.", pool.size)
             yield CounterMetricFamily(P + "ngram_mod_pool_resets_total", "Resets of the ngram-mod hash pool.",
                                       drafter.n_resets)
+        elif name == "suffix":
+            store = drafter.store
+            yield GaugeMetricFamily(P + "suffix_store_requests", "Finished requests held by the suffix drafter's "
+                                    "global structure.", len(store.lengths))
+            yield GaugeMetricFamily(P + "suffix_store_tokens", "Tokens held by the suffix drafter's global structure.",
+                                    store.n_tokens)
+            yield GaugeMetricFamily(P + "suffix_store_bytes", "Memory of the suffix drafter's global structure "
+                                    "(bounded by --spec-suffix-max-mb).", store.memory_bytes)
 
 
 def profile_families(profile: VerifyProfile) -> Iterator[Metric]:

@@ -47,6 +47,17 @@ async def health(request: web.Request) -> web.Response:
     return json_response({"status": "ok"})
 
 
+def suffix_props(chain) -> dict | None:
+    """The suffix drafter's settings and its global structure's size (None without the drafter)."""
+    drafter = next((d for name, d in chain.drafters if name == "suffix"), None)
+    if drafter is None:
+        return None
+    cfg, store = drafter.config, drafter.store
+    return {"depth": cfg.depth, "min_prob": cfg.min_prob, "factor": cfg.factor, "n_max": cfg.n_max,
+            "max_mb": cfg.max_mb, "learn_prompts": cfg.learn_prompts,
+            "store": {"requests": len(store.lengths), "tokens": store.n_tokens, "bytes": store.memory_bytes}}
+
+
 async def props(request: web.Request) -> web.Response:
     state = request.app[STATE]
     runner = state.ready()
@@ -68,6 +79,7 @@ async def props(request: web.Request) -> web.Response:
         "speculative": {"types": runner.chain.types, "ngram_mod": {
             "n_match": cfg.spec.ngram_mod.n_match, "n_min": cfg.spec.ngram_mod.n_min,
             "n_max": cfg.spec.ngram_mod.n_max, "n_match_cold": cfg.spec.ngram_mod.n_match_cold},
+            "suffix": suffix_props(runner.chain),
             "draft_model": runner.model_drafter.info() if runner.model_drafter is not None else None,
             "select": cfg.spec.select,
             "verify_profile": runner.chain.profile.as_props() if runner.chain.profile is not None else None,

@@ -79,6 +79,16 @@ async def test_four_slots_at_once_equal_no_speculation(srv, base, spec):
     assert sum(o["timings"].get("draft_n_accepted", 0) for o in outs) > 0
 
 
+async def test_props_and_metrics_show_the_global_structure(srv, base):
+    _, props = await srv.get("/props")
+    sfx = props["speculative"]["suffix"]
+    assert sfx["depth"] == 24 and sfx["store"]["requests"] >= len(WORKLOADS)  # the baseline's outputs at least
+    async with srv.http.get(srv.url + "/metrics") as resp:
+        text = await resp.text()
+    m = re.search(r"^slotserver_suffix_store_tokens (\S+)$", text, re.M)
+    assert m and float(m[1]) >= len(WORKLOADS) * N_PREDICT // 2
+
+
 async def test_restart_with_suffix_file_drafts_from_the_first_request(tmp_path):
     path = tmp_path / "global.sssuffix"
     argv = ["-c", "2048", "-np", "1", "--spec-type", "suffix", "--spec-suffix-file", str(path)]
