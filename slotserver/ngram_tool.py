@@ -13,7 +13,6 @@ llama_cpp is imported only by the commands that tokenize (``create``, ``stats``)
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections import Counter
 from typing import Sequence, TextIO
@@ -23,26 +22,15 @@ from ngram.cache_data import NGRAM_STATIC, NgramCache, ngram_size
 from ngram.cachefile import FORMAT_LLAMACPP, FORMAT_MSGPACK, FORMATS, load_cache, save_cache
 from slotserver.drafter_types import DRAFTER_TYPES
 from slotserver.ngram_replay import replay
+from slotserver.tool_support import ModelVocab, progress
 
 PROGRESS_CHUNK = 1 << 20  # tokens counted between progress-bar updates
-BAR_WIDTH = 40
 DEFAULT_N_CTX = 4096
 
 
 def tokenize_file(model_path: str, text_path: str) -> list[int]:
-    import llama_cpp  # lazy: only the commands that tokenize need it
-
-    llm = llama_cpp.Llama(model_path=os.fspath(model_path), vocab_only=True, verbose=False)
     with open(text_path, "rb") as f:
-        return llm.tokenize(f.read(), add_bos=True, special=True)
-
-
-def progress(done: int, total: int, out: TextIO) -> None:
-    filled = BAR_WIDTH * done // max(total, 1)
-    out.write(f"\r[{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {done}/{total} tokens")
-    if done >= total:
-        out.write("\n")
-    out.flush()
+        return ModelVocab(model_path).tokenize(f.read(), add_bos=True)
 
 
 def build_static(tokens: Sequence[int], out: TextIO = sys.stderr) -> NgramCache:
