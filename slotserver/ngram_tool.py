@@ -4,10 +4,16 @@
     python -m slotserver.ngram_tool merge IN... OUT [--format ...] [--fingerprint HEX]
     python -m slotserver.ngram_tool inspect FILE [--top K]
     python -m slotserver.ngram_tool stats -m MODEL -f TEXT [-lcs FILE] [--n-draft N] [-c N_CTX]
+    python -m slotserver.ngram_tool suffix-build -m MODEL -f TEXT [-f TEXT ...] -o OUT [--append]
+                                   [--depth 24] [--n-max 64] [--max-mb 256] [--chunk N]
+    python -m slotserver.ngram_tool suffix-inspect FILE [--top K] [--context N] [-m MODEL]
 
 ``create`` = ``llama-lookup-create`` (static 2-gram cache of a corpus), ``merge`` =
 ``llama-lookup-merge``, ``stats`` = ``llama-lookup-stats`` extended to every draftless drafter.
-llama_cpp is imported only by the commands that tokenize (``create``, ``stats``).
+``suffix-build`` prebuilds the suffix drafter's global structure (``--spec-suffix-file``) from text
+files and ``suffix-inspect`` prints one (``slotserver/ngram_tool_suffix.py``).
+llama_cpp is imported only by the commands that tokenize (``create``, ``stats``, ``suffix-build``,
+and ``suffix-inspect -m``).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from ngram.cache_data import NGRAM_STATIC, NgramCache, ngram_size
 from ngram.cachefile import FORMAT_LLAMACPP, FORMAT_MSGPACK, FORMATS, load_cache, save_cache
 from slotserver.drafter_types import DRAFTER_TYPES
 from slotserver.ngram_replay import replay
+from slotserver.ngram_tool_suffix import add_suffix_commands
 from slotserver.tool_support import ModelVocab, progress
 
 PROGRESS_CHUNK = 1 << 20  # tokens counted between progress-bar updates
@@ -152,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n-draft", type=int, default=8)
     p.add_argument("-c", "--ctx-size", type=int, default=DEFAULT_N_CTX)
     p.set_defaults(func=cmd_stats)
+    add_suffix_commands(sub)
     return ap
 
 
