@@ -40,7 +40,7 @@ from ngram.suffixfile import SUFFIX_MAGIC, load_store, read_store_header, save_s
 from slotserver.fingerprint import VocabInfo
 from slotserver.tool_support import ModelVocab, progress
 
-PROGRESS_EVERY = 1 << 16  # tokens added between progress-bar updates
+PROGRESS_EVERY = 1 << 16  # tokens added between progress-bar updates (at most; and at least 1% of all)
 N_FOLLOWERS = 5  # continuations shown per context
 NO_BUDGET = 1 << 62  # inspect loads every request, whatever budget the file was built for
 DEFAULTS = SuffixConfig()
@@ -85,14 +85,14 @@ def add_texts(store: SuffixStore, texts: Sequence[np.ndarray], chunk: int, out: 
     requests = [r for tokens in texts for r in split_requests(tokens, chunk)]
     total = sum(len(r) for r in requests)
     stats = BuildStats()
-    shown = 0
+    shown, step = 0, max(1, min(PROGRESS_EVERY, total // 100))
     for request in requests:
         if store.add(request):
             stats.n_added += 1
         else:
             stats.n_too_large += 1
         stats.n_tokens += len(request)
-        if stats.n_tokens - shown >= PROGRESS_EVERY or stats.n_tokens == total:
+        if stats.n_tokens - shown >= step or stats.n_tokens == total:
             progress(stats.n_tokens, total, out)
             shown = stats.n_tokens
     return stats
