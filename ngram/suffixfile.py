@@ -196,6 +196,14 @@ def _check_order(path: str, lengths: np.ndarray, sa: np.ndarray, lcp: np.ndarray
         raise CacheFileError(path, c_off + (int(bad[0]) if bad.size else 0), "an LCP out of range")
 
 
+def read_store_header(path: str | os.PathLike) -> dict[str, Any]:
+    """A saved store's header (``HEADER_FIELDS``), read without the arrays: what the file was built
+    for (its span, fingerprint and counts) before, or instead of, loading it."""
+    with open(path, "rb") as f:
+        data = f.read(len(SUFFIX_MAGIC) + HEADER_MAX)
+    return _header(os.fspath(path), data)[0]
+
+
 def save_store(store: SuffixStore, path: str | os.PathLike, fingerprint: str | None = None) -> None:
     atomic_write_bytes(path, encode_store(store, fingerprint))
 

@@ -85,8 +85,12 @@ def startup_warnings(args: argparse.Namespace) -> list[str]:
     """Lines to log once the server starts: ignored flags, and overridden variables."""
     specs = COMMON_IGNORED + SPEC_IGNORED + SERVER_IGNORED
     lines = ignored_warnings(args, specs)
-    if args.model_draft and DRAFT_MODEL not in parse_spec_types(args.spec_type, args.model_draft):
+    types = parse_spec_types(args.spec_type, args.model_draft)
+    if args.model_draft and DRAFT_MODEL not in types:
         lines.append(f"-md {args.model_draft} is not loaded: --spec-type does not name {DRAFT_MODEL}")
+    if args.spec_suffix_file and "suffix" not in types:
+        lines.append(f"--spec-suffix-file {args.spec_suffix_file} is neither loaded nor saved: "
+                     "--spec-type does not name suffix")
     return lines + list(getattr(args, "env_notes", []))
 
 

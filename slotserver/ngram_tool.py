@@ -4,16 +4,21 @@
     python -m slotserver.ngram_tool merge IN... OUT [--format ...] [--fingerprint HEX]
     python -m slotserver.ngram_tool inspect FILE [--top K]
     python -m slotserver.ngram_tool stats -m MODEL -f TEXT [-lcs FILE] [--n-draft N] [-c N_CTX]
+    python -m slotserver.ngram_tool suffix-build -m MODEL -f TEXT [-f TEXT ...] -o OUT [--append]
+                                   [--depth 24] [--n-max 64] [--max-mb 256] [--chunk N]
+    python -m slotserver.ngram_tool suffix-inspect FILE [--top K] [--context N] [-m MODEL]
 
 ``create`` = ``llama-lookup-create`` (static 2-gram cache of a corpus), ``merge`` =
 ``llama-lookup-merge``, ``stats`` = ``llama-lookup-stats`` extended to every draftless drafter.
-llama_cpp is imported only by the commands that tokenize (``create``, ``stats``).
+``suffix-build`` prebuilds the suffix drafter's global structure (``--spec-suffix-file``) from text
+files and ``suffix-inspect`` prints one (``slotserver/ngram_tool_suffix.py``).
+llama_cpp is imported only by the commands that tokenize (``create``, ``stats``, ``suffix-build``,
+and ``suffix-inspect -m``).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections import Counter
 from typing import Sequence, TextIO
@@ -23,26 +28,16 @@ from ngram.cache_data import NGRAM_STATIC, NgramCache, ngram_size
 from ngram.cachefile import FORMAT_LLAMACPP, FORMAT_MSGPACK, FORMATS, load_cache, save_cache
 from slotserver.drafter_types import DRAFTER_TYPES
 from slotserver.ngram_replay import replay
+from slotserver.ngram_tool_suffix import add_suffix_commands
+from slotserver.tool_support import ModelVocab, progress
 
 PROGRESS_CHUNK = 1 << 20  # tokens counted between progress-bar updates
-BAR_WIDTH = 40
 DEFAULT_N_CTX = 4096
 
 
 def tokenize_file(model_path: str, text_path: str) -> list[int]:
-    import llama_cpp  # lazy: only the commands that tokenize need it
-
-    llm = llama_cpp.Llama(model_path=os.fspath(model_path), vocab_only=True, verbose=False)
     with open(text_path, "rb") as f:
-        return llm.tokenize(f.read(), add_bos=True, special=True)
-
-
-def progress(done: int, total: int, out: TextIO) -> None:
-    filled = BAR_WIDTH * done // max(total, 1)
-    out.write(f"\r[{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {done}/{total} tokens")
-    if done >= total:
-        out.write("\n")
-    out.flush()
+        return ModelVocab(model_path).tokenize(f.read(), add_bos=True)
 
 
 def build_static(tokens: Sequence[int], out: TextIO = sys.stderr) -> NgramCache:
@@ -164,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n-draft", type=int, default=8)
     p.add_argument("-c", "--ctx-size", type=int, default=DEFAULT_N_CTX)
     p.set_defaults(func=cmd_stats)
+    add_suffix_commands(sub)
     return ap
 
 

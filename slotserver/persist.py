@@ -33,7 +33,7 @@ from ngram.fileio import CacheFileError, remove_stale_temps
 from ngram.mod import NgramMod
 from ngram.poolfile import load_pool, save_pool, snapshot_pool
 from ngram.suffix import SuffixDrafter
-from ngram.suffixfile import load_store, save_store, snapshot_store
+from ngram.suffixfile import load_store, read_store_header, save_store, snapshot_store
 from slotserver.chain import DraftChain
 from slotserver.config import SpecConfig
 from slotserver.fingerprint import VocabInfo
@@ -138,13 +138,25 @@ class Persistence:
                                 self.cache.dynamic.max_bytes, n_evicted)
 
     def _load_suffix(self, path: str) -> None:
+        """Load the global structure; warn where the file was built for other flags (a prebuilt
+        ``ngram_tool suffix-build`` file): it still loads, but not as it was saved."""
         cfg = self.suffix.config
-        store = self._read(path, lambda p: load_store(p, cfg.span, cfg.max_bytes, self.fingerprint,
-                                                      n_vocab=self.n_vocab))
-        if store is not None:
-            self.suffix.store = store
-            log.info("loaded the suffix drafter's global structure from %s (%d requests, %d tokens)",
-                     path, len(store.lengths), store.n_tokens)
+        loaded = self._read(path, lambda p: (read_store_header(p), load_store(p, cfg.span, cfg.max_bytes,
+                                                                             self.fingerprint, n_vocab=self.n_vocab)))
+        if loaded is None:
+            return
+        header, store = loaded
+        self.suffix.store = store
+        log.info("loaded the suffix drafter's global structure from %s (%d requests, %d tokens)",
+                 path, len(store.lengths), store.n_tokens)
+        if header["span"] != cfg.span:
+            log.warning("%s was built for --spec-suffix-depth + --spec-suffix-n-max = %d, the server has %d: "
+                        "its index was sorted again (slower start; saves keep the server's)",
+                        path, header["span"], cfg.span)
+        n_left_out = header["n_requests"] - len(store.lengths)
+        if n_left_out:
+            log.warning("%s holds more than --spec-suffix-max-mb %g: its %d oldest requests were left out "
+                        "(and are gone from the next save)", path, cfg.max_mb, n_left_out)
 
     def _read(self, path: str, reader):
         try:

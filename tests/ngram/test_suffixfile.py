@@ -16,6 +16,7 @@ from ngram.suffixfile import (
     decode_store,
     encode_store,
     load_store,
+    read_store_header,
     save_store,
     snapshot_store,
 )
@@ -58,6 +59,16 @@ def test_roundtrip(tmp_path):
     assert encoded(back, FP) == path.read_bytes()
     back.add([4, 4, 4])  # the loaded store keeps learning
     assert back.requests()[-1] == [4, 4, 4]
+
+
+def test_header_is_read_without_the_arrays(tmp_path):
+    path = tmp_path / "suffix.bin"
+    save_store(sample_store(), path, FP)
+    header = read_store_header(path)
+    assert (header["fingerprint"], header["span"], header["n_requests"], header["n_tokens"]) == (FP, SPAN, 3, 14)
+    path.write_bytes(b"SSNGRAM\x00")
+    with pytest.raises(CacheFileError, match="bad magic"):
+        read_store_header(path)
 
 
 @settings(max_examples=60, deadline=None)

@@ -214,6 +214,13 @@ def test_a_draft_model_the_spec_types_leave_out_is_not_loaded_and_draft_simple_n
     assert config_from_args(parse_args(MODEL + ["-md", "d", "--spec-draft-n-max", "8"], {})).spec.draft.n_max == 8
 
 
+def test_a_suffix_file_without_the_suffix_drafter_is_named_in_a_warning():
+    args = parse_args(MODEL + ["--spec-suffix-file", "g.sssuffix"], {})
+    assert startup_warnings(args) == ["--spec-suffix-file g.sssuffix is neither loaded nor saved: "
+                                      "--spec-type does not name suffix"]
+    assert startup_warnings(parse_args(MODEL + ["--spec-suffix-file", "g", "--spec-type", "ngram-mod,suffix"], {})) == []
+
+
 def test_help_has_llama_servers_sections_and_says_why_flags_are_ignored():
     text = build_parser().format_help()
     positions = [text.index(f"\n{title}:") for title in

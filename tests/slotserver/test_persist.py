@@ -23,7 +23,7 @@ from ngram.fileio import stale_temp_files
 from ngram.mod import NgramMod, NgramModConfig
 from ngram.pool import HashPool
 from ngram.poolfile import load_pool, save_pool
-from ngram.suffix import SuffixConfig, SuffixDrafter
+from ngram.suffix import MIB, SuffixConfig, SuffixDrafter
 from ngram.suffix_store import SuffixStore
 from ngram.suffixfile import save_store
 from slotserver.chain import DraftChain
@@ -284,7 +284,8 @@ def test_maybe_save_waits_for_the_interval(tmp_path, made):
 
 def suffix_setup(tmp_path, **spec_kw):
     spec_kw.setdefault("suffix_file", str(tmp_path / "global.sssuffix"))
-    spec = SpecConfig(types=("suffix",), save_interval_s=0.0, suffix=SuffixConfig(depth=4, n_max=8), **spec_kw)
+    spec_kw.setdefault("suffix", SuffixConfig(depth=4, n_max=8))
+    spec = SpecConfig(types=("suffix",), save_interval_s=0.0, **spec_kw)
     drafter = SuffixDrafter(spec.suffix)
     p = Persistence(spec, DraftChain([("suffix", drafter)]), ServerStats(), lambda: VocabInfo(FP, N_VOCAB))
     return spec, drafter, p
@@ -315,3 +316,20 @@ def test_suffix_file_with_a_token_outside_the_vocabulary_stops_the_start(tmp_pat
     _, _, p = suffix_setup(tmp_path)
     with pytest.raises(StartupFileError, match="global.sssuffix"):
         p.load()
+
+
+def test_suffix_file_built_for_other_flags_loads_with_a_warning(tmp_path, caplog):
+    # A prebuilt file (ngram_tool suffix-build) with another depth + n_max, over the server's budget.
+    store = SuffixStore(SuffixConfig(depth=6, n_max=8).span, 1 << 20)
+    for request in ([1, 2, 3, 4, 5], [6, 7, 8], [1, 2, 3, 4, 9]):
+        store.add(request)
+    save_store(store, tmp_path / "global.sssuffix", FP)
+    budget = SuffixStore(SuffixConfig(depth=4, n_max=8).span, 1 << 20)
+    budget.add([1, 2, 3, 4, 9])  # the server's budget holds the newest request only
+    _, drafter, p = suffix_setup(tmp_path, suffix=SuffixConfig(depth=4, n_max=8, max_mb=budget.memory_bytes / MIB))
+    with caplog.at_level(logging.WARNING):
+        p.load()
+    assert drafter.store.requests() == [[1, 2, 3, 4, 9]]
+    assert "built for --spec-suffix-depth + --spec-suffix-n-max = 14, the server has 12" in caplog.text
+    assert "its 2 oldest requests were left out" in caplog.text
+    p.close()
