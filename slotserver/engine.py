@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import llama_cpp as lc
 import numpy as np
 
+from slotserver.cpu_kernels import use_extra_bufts
 from slotserver.grammar_sampler import NO_TOKEN, GrammarSampler
 from slotserver.job import TokenProbs
 from slotserver.post_sampling import CandidateSampler
@@ -55,6 +56,7 @@ class Engine:
         lc.llama_backend_init()
         mparams = lc.llama_model_default_params()
         mparams.n_gpu_layers = 0
+        mparams.use_extra_bufts = use_extra_bufts()
         self.model = lc.llama_model_load_from_file(config.model_path.encode(), mparams)
         if not self.model:
             raise RuntimeError(f"could not load model {config.model_path}")
