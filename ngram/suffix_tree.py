@@ -46,17 +46,17 @@ class TokenTree:
         """Sequences of its verify: one per root-to-leaf path (the root alone is one)."""
         return max(1, len(self.tokens) - len(set(self.parents) - {-1}))
 
-    def accepted(self, truth: Sequence[int]) -> tuple[int, bool]:
+    def accepted(self, truth: Sequence[int]) -> int:
         """How many tokens of ``truth`` (what the target samples after the root, compared along
-        the path) the tree holds as one path, and whether that path leaves the primary one."""
-        node, n, off = -1, 0, False
+        the path as sample-and-compare does) the tree holds as one path."""
+        node, n = -1, 0
         while n < len(truth):
             child = next((i for i, (t, p) in enumerate(zip(self.tokens, self.parents)) if p == node and t == truth[n]),
                          None)
             if child is None:
                 break
-            node, n, off = child, n + 1, off or child >= self.n_primary
-        return n, off
+            node, n = child, n + 1
+        return n
 
 
 def fork(cursors: Sequence[Cursor]) -> list[Cursor]:

@@ -7,7 +7,8 @@ from ngram.suffix import SuffixConfig, SuffixDrafter
 from ngram.suffix_local import LocalIndex
 from ngram.suffix_tree import TokenTree, build
 from tests.ngram import suffix_reference as ref
-from tests.ngram.test_suffix import SETTINGS, encode_context, filled_store, knobs, request_lists, tokens_small, tokens_wide
+from tests.ngram.test_suffix import (SETTINGS, continuing, encode_context, filled_store, knobs, request_lists,
+                                     tokens_small, tokens_wide)
 
 tree_knobs = st.tuples(
     st.integers(0, 5),  # n_extra
@@ -32,8 +33,7 @@ def reference_tree(seqs, context, depth, n_max, factor, min_prob, tree_knob):
 @given(request_lists, st.one_of(tokens_small, tokens_wide), knobs, tree_knobs, st.integers(0, 40))
 def test_global_tree_equals_reference(requests, context, knob, tree_knob, cut):
     depth, n_max, factor, min_prob = knob
-    if requests and requests[0]:  # often continue a stored request: long matches
-        context = requests[0][: cut % (len(requests[0]) + 1)] + context[:2]
+    context = continuing(requests, context, cut)
     if not context:
         return
     store = filled_store(requests, depth + n_max)
@@ -90,9 +90,9 @@ def test_the_worked_example_branches_where_the_outputs_differed():
     tree = build(cursors, m, 0.1, 1)
     assert as_tuple(tree) == ([d, y, e], [-1, 0, -1], [2 / 3, 2 / 3, 1 / 3], 2)
     assert (tree.n_rows, tree.n_leaves) == (4, 2)
-    assert tree.accepted([d, y, x]) == (2, False)
-    assert tree.accepted([e, x]) == (1, True)  # the branch: one token where the draft had none
-    assert tree.accepted([x]) == (0, False)
+    assert tree.accepted([d, y, x]) == 2
+    assert tree.accepted([e, x]) == 1  # the branch: one token where the draft had none
+    assert tree.accepted([x]) == 0
     # Below the branch threshold, or no extra rows: the draft alone.
     assert as_tuple(build(cursors, m, 0.1, 1, branch_min_prob=0.4)) == ([d, y], [-1, 0], [2 / 3, 2 / 3], 2)
     assert build(cursors, m, 0.1, 0).n_leaves == 1
