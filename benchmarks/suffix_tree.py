@@ -35,7 +35,8 @@ from __future__ import annotations
 import argparse
 import json
 import random
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
@@ -118,6 +119,9 @@ class Tally:
     n_seqs: int = 0  # sequences beyond the first
     n_accepted: int = 0
     n_off_primary: int = 0  # accepted tokens the draft alone would not have given
+    n_missed: int = 0  # steps whose kept draft missed...
+    n_held: int = 0  # ...where the structure held the true token as another child (a branch could win)
+    steps_by_rows: Counter = field(default_factory=Counter)
     t_s: float = 0.0  # modelled decode time
     t_plain_s: float = 0.0  # the same tokens one plain decode each
 
@@ -169,8 +173,11 @@ def replay(requests: list[tuple[list[int], list[int]]], profile: VerifyProfile, 
             acc_primary = next((i for i, (d, t) in enumerate(zip(draft[:n], truth)) if d != t), n)
             acc, rows, seqs = acc_primary, 1 + n, 1
             depth = len(history) - profile.depth
+            cursors, limit = drafter.match(SLOT, cap) if n else ([], 0)
+            if acc_primary < n:
+                tally.n_missed += 1
+                tally.n_held += n_held(cursors, truth[: acc_primary + 1]) > acc_primary
             if n and n_extra:
-                cursors, limit = drafter.match(SLOT, cap)
                 # The branch leaves the draft where it missed (a cut token is no branch), or
                 # continues after the drafter stopped.
                 if oracle_rate and (acc_primary == len(draft) or truth[acc_primary] != draft[acc_primary]):
@@ -184,6 +191,7 @@ def replay(requests: list[tuple[list[int], list[int]]], profile: VerifyProfile, 
                     acc, rows, seqs = tree.accepted(truth[:cap]), tree.n_rows, tree.n_leaves
             chain.accept(SLOT, n, acc_primary)
             tally.n_steps += 1
+            tally.steps_by_rows[rows] += 1
             tally.n_tokens += 1 + acc
             tally.n_primary += n
             tally.n_extra += rows - 1 - n
@@ -219,6 +227,9 @@ def report(name: str, requests: list, profile: VerifyProfile, config: SuffixConf
     for label, t in tallies.items():
         print(f"| {label} | {t.n_steps} | {t.n_primary} | {t.n_extra} | {t.n_seqs} | {t.n_accepted} | {t.n_off_primary} "
               f"| {t.tokens_per_s:.1f} | {t.tokens_per_s / base.tokens_per_s:.3f} |")
+    common = ", ".join(f"{r} ({n})" for r, n in base.steps_by_rows.most_common(6))
+    print(f"path: the kept draft missed in {base.n_missed} of {base.n_steps} steps, and the structure held the true "
+          f"token as another child in {base.n_held} of them; most used step sizes, rows (steps): {common}")
 
 
 def main() -> None:
