@@ -33,6 +33,7 @@ from typing import Sequence
 from ngram.suffix_local import LocalIndex
 from ngram.suffix_sort import SPAN_MAX
 from ngram.suffix_store import SuffixStore
+from ngram.suffix_walk import Cursor
 
 MIB = 1 << 20
 MAX_MB = 1 << 14  # 16 GiB: at >= 13 bytes per token, corpus positions stay within int32
@@ -84,6 +85,13 @@ class SlotState:
     probs: list[float] = field(default_factory=list)
 
 
+def encoded_context(tokens: list[int], last: int, depth: int) -> bytes:
+    """The last ``depth`` tokens of ``tokens + [last]`` as the suffix indexes compare them."""
+    tail = tokens[len(tokens) - min(depth - 1, len(tokens)) :]
+    tail.append(last)
+    return struct.pack(f">{len(tail)}I", *[t + 1 for t in tail])
+
+
 class SuffixDrafter:
     """The drafter; ``store`` (the global structure) may be shared or loaded (``ngram/suffixfile.py``)."""
 
@@ -133,9 +141,7 @@ class SuffixDrafter:
         if cap <= 0:
             return []
         cfg = self.config
-        tail = local.tokens[len(local.tokens) - min(cfg.depth - 1, len(local.tokens)) :]
-        tail.append(last_token)
-        context = struct.pack(f">{len(tail)}I", *[t + 1 for t in tail])
+        context = encoded_context(local.tokens, last_token, cfg.depth)
         n_context = len(local.tokens) + 1
         grown = n_context - st.n_context  # a match that went on is longer by this much
         st.m_local, own, own_p = local.draft(last_token, context, cap, cfg.factor, cfg.min_prob,
@@ -155,6 +161,21 @@ class SuffixDrafter:
         if shared:
             st.tag, st.probs = TAG_GLOBAL, shared_p
         return shared
+
+    def match(self, slot: int, n_max: int) -> tuple[list[Cursor], int]:
+        """Fresh cursors over the occurrences of the match behind the slot's last draft, in the
+        structure that drafted it, and the length limit of a draft from it (match x factor, at most
+        ``n_max``): what a token tree grows from (``ngram/suffix_tree.py``). ([], 0) after no draft."""
+        st = self.slots.get(slot)
+        if st is None or not st.tag or st.last is None:
+            return [], 0
+        cfg, local = self.config, st.local
+        context = encoded_context(local.tokens, st.last, cfg.depth)
+        if st.tag == TAG_LOCAL:
+            m, cursors = local.match(st.last, context, st.m_local)
+        else:
+            m, cursors = self.store.match(context, len(local.tokens) + 1, cfg.depth, st.m_global)
+        return cursors, min(n_max, cfg.n_max, int(m * cfg.factor))
 
     def draft_tag(self, slot: int) -> str:
         """Which structure drafted the slot's last draft: ``global``, ``local``, or "" for none."""

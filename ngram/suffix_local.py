@@ -16,7 +16,7 @@ from typing import Sequence
 
 from ngram.suffix_index import VALUE_BYTES, SuffixIndex
 from ngram.suffix_sort import encode
-from ngram.suffix_walk import IndexCursor, OpenCursor, walk
+from ngram.suffix_walk import Cursor, IndexCursor, OpenCursor, walk
 
 
 class LocalIndex:
@@ -54,6 +54,13 @@ class LocalIndex:
               hint: int = 0) -> tuple[int, list[int], list[float]]:
         """Match length, draft and probabilities after ``tokens + [last]`` (``context``: its last
         ``depth`` tokens encoded) from the request's own context; ``hint``: a likely match length."""
+        m, cursors = self.match(last, context, hint)
+        if m == 0:
+            return 0, [], []
+        return (m, *walk(cursors, min(cap, int(m * factor)), min_prob))
+
+    def match(self, last: int, context: bytes, hint: int = 0) -> tuple[int, list[Cursor]]:
+        """Match length after ``tokens + [last]`` and cursors over its occurrences (none for 0)."""
         tokens, n_done = self.tokens, self.n_done
         n = len(tokens)  # the context has n + 1 tokens; an occurrence needs one after it
         depth = min(self.depth, n)
@@ -76,7 +83,6 @@ class LocalIndex:
             m_open = max(m_open, length)
         m = self.index.longest(context, m_open, depth, hint) if depth > m_open else m_open
         if m == 0:
-            return 0, [], []
+            return 0, []
         lo, hi = self.index.bounds(context[len(context) - VALUE_BYTES * m :])
-        cursors = [IndexCursor(self.index, lo, hi, m), OpenCursor(tokens, last, [j - m for j, k in ends if k >= m], m)]
-        return (m, *walk(cursors, min(cap, int(m * factor)), min_prob))
+        return m, [IndexCursor(self.index, lo, hi, m), OpenCursor(tokens, last, [j - m for j, k in ends if k >= m], m)]

@@ -21,7 +21,7 @@ import numpy as np
 
 from ngram.suffix_index import BYTES_PER_SLOT, BYTES_PER_SUFFIX, VALUE_BYTES, SuffixIndex
 from ngram.suffix_sort import encode
-from ngram.suffix_walk import IndexCursor, walk
+from ngram.suffix_walk import Cursor, IndexCursor, walk
 
 EVICT_TO = 15 / 16  # an eviction frees room down to this share of the budget
 BYTES_PER_REQUEST = 8  # its length
@@ -99,11 +99,18 @@ class SuffixStore:
               min_prob: float, hint: int = 0) -> tuple[int, list[int], list[float]]:
         """Match length, draft and probabilities for the encoded ``context`` (its last ``depth``
         tokens, of ``n_context`` in all) from the stored requests; ``hint``: a likely match length."""
-        m = self.index.longest(context, 0, min(depth, n_context), hint)
+        m, cursors = self.match(context, n_context, depth, hint)
         if m == 0:
             return 0, [], []
+        return (m, *walk(cursors, min(cap, int(m * factor)), min_prob))
+
+    def match(self, context: bytes, n_context: int, depth: int, hint: int = 0) -> tuple[int, list[Cursor]]:
+        """Match length of ``context`` in the stored requests and a cursor over its occurrences (none for 0)."""
+        m = self.index.longest(context, 0, min(depth, n_context), hint)
+        if m == 0:
+            return 0, []
         lo, hi = self.index.bounds(context[len(context) - VALUE_BYTES * m :])
-        return (m, *walk([IndexCursor(self.index, lo, hi, m)], min(cap, int(m * factor)), min_prob))
+        return m, [IndexCursor(self.index, lo, hi, m)]
 
     @classmethod
     def from_requests(cls, span: int, max_bytes: int, requests: Sequence[Sequence[int]]) -> SuffixStore:

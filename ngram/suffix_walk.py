@@ -152,7 +152,7 @@ def walk(cursors: Sequence[Cursor], limit: int, min_prob: float) -> tuple[list[i
                 probs.extend([prob] * len(run))
                 live[0].advance(len(run))
                 continue
-        tokens, counts = _merged_children(live)
+        tokens, counts = merged_children(live)
         if len(tokens) == 0:
             break
         best, total = _pick(counts)
@@ -168,7 +168,7 @@ def walk(cursors: Sequence[Cursor], limit: int, min_prob: float) -> tuple[list[i
     return draft, probs
 
 
-def _merged_children(cursors: Sequence[Cursor]) -> Children:
+def merged_children(cursors: Sequence[Cursor]) -> Children:
     """Children over all cursors: tokens ascending, counts summed."""
     if len(cursors) == 1:
         return cursors[0].children()

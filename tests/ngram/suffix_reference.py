@@ -83,3 +83,34 @@ class RefSuffixDrafter:
         if shared:
             return "global", shared, shared_p
         return "", [], []
+
+
+def tree(seqs, path, limit, min_prob, n_extra, branch_min_prob, n_primary=None):
+    """(tokens, parents, probs, n_primary) of the token tree: the walk's draft (its first
+    ``n_primary`` tokens), then the ``n_extra`` best other nodes that branch off the root or a kept
+    draft node, every node there is enumerated with its estimate and ranked at once."""
+    primary, probs = walk(seqs, path, limit, min_prob)
+    kept = primary[: len(primary) if n_primary is None else n_primary]
+    nodes = []  # (continuation, estimate) of every node with an estimate >= branch_min_prob
+
+    def visit(cont, prob):
+        if len(cont) >= limit:
+            return
+        counts = children(seqs, list(path) + cont)
+        total = sum(counts.values())
+        for t, c in counts.items():
+            p = prob * (c / total)
+            if p >= branch_min_prob:
+                nodes.append((cont + [t], p))
+                visit(cont + [t], p)
+
+    visit([], 1.0)
+
+    def branch_point(cont):  # tokens shared with the primary path
+        return next((i for i, t in enumerate(cont) if i >= len(primary) or primary[i] != t), len(cont))
+
+    extra = sorted(((-p, len(c), tuple(c)) for c, p in nodes
+                    if branch_point(c) < len(c) and branch_point(c) <= len(kept)))[:n_extra]
+    paths = [tuple(kept[: i + 1]) for i in range(len(kept))] + [c for _, _, c in extra]
+    parents = [paths.index(c[:-1]) if len(c) > 1 else -1 for c in paths]
+    return [c[-1] for c in paths], parents, probs[: len(kept)] + [-p for p, _, _ in extra], len(kept)

@@ -43,6 +43,14 @@ def assert_same_index(a, b):
     assert list(a.lengths) == list(b.lengths)
 
 
+def continuing(requests, context, cut):
+    """Often a context that continues a stored request (long matches): its first ``cut`` tokens
+    (modulo its length), then two of ``context``."""
+    if requests and requests[0]:
+        return requests[0][: cut % (len(requests[0]) + 1)] + context[:2]
+    return context
+
+
 def filled_store(requests, span, max_bytes=BIG):
     store = SuffixStore(span, max_bytes)
     for r in requests:
@@ -103,8 +111,7 @@ def test_local_index_grown_equals_one_built_at_once(history, span, cut, merge):
 @given(request_lists, st.one_of(tokens_small, tokens_wide), knobs, st.integers(0, 40))
 def test_global_draft_equals_reference(requests, context, knob, cut):
     depth, n_max, factor, min_prob = knob
-    if requests and requests[0]:  # often continue a stored request: long matches
-        context = requests[0][: cut % (len(requests[0]) + 1)] + context[:2]
+    context = continuing(requests, context, cut)
     if not context:
         return
     store = filled_store(requests, depth + n_max)
