@@ -22,13 +22,7 @@ OUR_CONFIGS=${OUR_CONFIGS:-none,ngram-mod,$ALL@expected,$ALL@precedence,oracle}
 LLAMA_SPEC_TYPES="none ngram-mod ngram-simple ngram-map-k ngram-map-k4v"
 MARKDOWN=docs/benchmarks-performance.md
 
-PIDS=()
-stop_servers() {  # only the servers this script started, by their process ids
-  local pid
-  for pid in "${PIDS[@]}"; do kill "$pid" 2> /dev/null || true; done
-  for pid in "${PIDS[@]}"; do wait "$pid" 2> /dev/null || true; done
-  PIDS=()
-}
+source benchmarks/servers.sh  # start, wait_healthy, stop_servers
 trap stop_servers EXIT
 
 model_path() {
@@ -44,19 +38,6 @@ model_label() {
     gemma) echo "Gemma 3 270M Q4_K_M" ;;
     smollm2) echo "SmolLM2-135M-Instruct Q4_1" ;;
   esac
-}
-
-start() {  # start <log> <command...>: in the background, its pid kept for stop_servers
-  local log=$1; shift
-  "$@" > "$log" 2>&1 &
-  PIDS+=($!)
-}
-
-wait_healthy() {  # wait_healthy <url> <log>: until /health answers 200 (503 while the model loads)
-  until curl -sf -o /dev/null "$1/health"; do
-    kill -0 "${PIDS[-1]}" 2> /dev/null || { echo "the server for $1 exited; its log: $2" >&2; tail -5 "$2" >&2; return 1; }
-    sleep 1
-  done
 }
 
 for model in $MODELS; do

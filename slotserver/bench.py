@@ -169,16 +169,21 @@ async def measure(workloads: list[dict], configs: list[Config], rounds: int, str
     return bench
 
 
+def write_markdown(path: str | Path, report: str, append: bool) -> None:
+    """Write ``report``, or append it as a new section (one blank line after what is there)."""
+    path = Path(path)
+    if append and path.exists() and path.stat().st_size:
+        report = "\n" + report
+    with path.open("a" if append else "w", encoding="utf-8") as fh:
+        fh.write(report)
+
+
 def write_reports(args, workloads: list[dict], configs: list[Config], streams: list[int], bench: Bench) -> None:
     report = markdown(args.label, command_line(sys.argv), workloads, configs, bench.runs, bench.stream_runs,
                       streams)
     print("\n" + report, flush=True)
     if args.markdown:
-        path = Path(args.markdown)
-        if args.append and path.exists() and path.stat().st_size:
-            report = "\n" + report
-        with path.open("a" if args.append else "w", encoding="utf-8") as fh:
-            fh.write(report)
+        write_markdown(args.markdown, report, args.append)
     if args.png:
         names = [w["name"] for w in workloads]
         phase, rows = chart_rows(bench.runs, names, configs)

@@ -49,6 +49,14 @@ class Visit(NamedTuple):
     config: str
 
 
+def split_named(spec: str, flag: str) -> tuple[str, str]:
+    """``NAME=URL`` of ``--compare`` (and the multi-turn bench's ``--ours``)."""
+    name, sep, url = spec.partition("=")
+    if not sep or not name or not url:
+        raise ValueError(f"{flag} takes NAME=URL, not {spec!r}")
+    return name, url
+
+
 def parse_configs(url: str, types: str, compares: list[str]) -> list[Config]:
     """Configurations from ``--types`` (comma list, ``oracle`` among them) and ``--compare NAME=URL``:
     ``none`` first (the baseline, and the oracle's source), then the other types, then the compare
@@ -57,12 +65,12 @@ def parse_configs(url: str, types: str, compares: list[str]) -> list[Config]:
     if ORACLE in names and NONE not in names:
         raise ValueError("'oracle' drafts from the 'none' run's tokens: add 'none' to --types")
     ours = sorted(names, key=lambda t: t != NONE)  # stable: the rest keep their order
-    configs = [Config(t, ORACLE if t == ORACLE else OURS, url) for t in ours]
-    for spec in compares:
-        name, sep, compare_url = spec.partition("=")
-        if not sep or not name or not compare_url:
-            raise ValueError(f"--compare takes NAME=URL, not {spec!r}")
-        configs.append(Config(name, COMPARE, compare_url))
+    return with_compares([Config(t, ORACLE if t == ORACLE else OURS, url) for t in ours], compares)
+
+
+def with_compares(ours: list[Config], compares: list[str]) -> list[Config]:
+    """``ours``, then a configuration per ``--compare NAME=URL`` in the order given; names must differ."""
+    configs = ours + [Config(name, COMPARE, url) for name, url in (split_named(s, "--compare") for s in compares)]
     seen = [c.name for c in configs]
     if len(set(seen)) != len(seen):
         raise ValueError(f"configuration names must differ: {', '.join(seen)}")

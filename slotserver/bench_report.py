@@ -167,9 +167,9 @@ def pct(value: float | None, missing: str = DASH) -> str:
     return fmt(value, ".0f", 100.0, missing)
 
 
-def command_line(argv: list[str]) -> str:
-    """The command that produced a report (``sys.argv`` of ``python -m slotserver.bench``)."""
-    return shlex.join(["python", "-m", "slotserver.bench", *argv[1:]])
+def command_line(argv: list[str], module: str = "slotserver.bench") -> str:
+    """The command that produced a report (``sys.argv`` of ``python -m MODULE``)."""
+    return shlex.join(["python", "-m", module, *argv[1:]])
 
 
 PROGRESS_HEADER = f"{'round':<8} {'workload':<12} {'configuration':<28} {'t/s':>7} {'drafted':>7} {'acc%':>5} " \
