@@ -11,6 +11,7 @@
 #          bash benchmarks/multiturn.sh
 #        CONFIGS=none,suffix bash benchmarks/multiturn.sh --only file_edits --turns 2 --n-predict 32
 set -euo pipefail
+LLAMA_ARGS=${LLAMA_ARGS:-}  # extra flags for every llama-server (word-split), e.g. --no-repack on an AMX CPU
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's slotserver, not an installed one
 PORT=${PORT:-8300}  # ours from here, one port each; the llama-servers take the ports after them
@@ -51,7 +52,7 @@ start_servers() {  # start_servers <phase>: one at a time, so each start-up meas
     for type in $LLAMA_SPEC_TYPES; do
       spec=()
       [[ $type != none ]] && spec=(--spec-type "$type")
-      start "$LOGS/llama-server_$type.$phase.log" "$LLAMA_SERVER" -m "$MODEL" --port "$port" -np 1 -c 4096 -t 2 "${spec[@]}"
+      start "$LOGS/llama-server_$type.$phase.log" "$LLAMA_SERVER" -m "$MODEL" --port "$port" -np 1 -c 4096 -t 2 "${spec[@]}" $LLAMA_ARGS
       wait_healthy "http://127.0.0.1:$port" "$LOGS/llama-server_$type.$phase.log"
       SERVERS+=(--compare "llama-server:$type=http://127.0.0.1:$port")
       port=$((port + 1))

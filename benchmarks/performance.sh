@@ -8,6 +8,7 @@
 #        LLAMA_SERVER=~/llama.cpp/build/bin/llama-server MODELS=gemma ROUNDS=3 ONLY=repeat,quote \
 #          bash benchmarks/performance.sh
 set -euo pipefail
+LLAMA_ARGS=${LLAMA_ARGS:-}  # extra flags for every llama-server (word-split), e.g. --no-repack on an AMX CPU
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's slotserver, not an installed one
 ROUNDS=${ROUNDS:-2}
@@ -56,7 +57,7 @@ for model in $MODELS; do
       spec=()
       [[ $type != none ]] && spec=(--spec-type "$type")
       log=/tmp/performance_${model}_llama-server_$type.log
-      start "$log" "$LLAMA_SERVER" -m "$path" --port "$port" -np 4 -c 8192 -t 2 "${spec[@]}"
+      start "$log" "$LLAMA_SERVER" -m "$path" --port "$port" -np 4 -c 8192 -t 2 "${spec[@]}" $LLAMA_ARGS
       wait_healthy "http://127.0.0.1:$port" "$log"
       compares+=(--compare "llama-server:$type=http://127.0.0.1:$port")
     done
