@@ -15,11 +15,11 @@ ROUNDS=${ROUNDS:-2}
 MODELS=${MODELS:-gemma smollm2}
 ONLY=${ONLY:-}
 PORT=${PORT:-8290}  # ours; the llama-servers take the ports after it
-OUR_SPEC_TYPES=ngram-mod,ngram-simple,ngram-map-k,ngram-map-k4v,ngram-cache
+OUR_SPEC_TYPES=${OUR_SPEC_TYPES:-ngram-mod,ngram-simple,ngram-map-k,ngram-map-k4v,ngram-cache,suffix}
 ALL=${OUR_SPEC_TYPES//,/+}  # every drafter in one chain: the winner per step by --spec-select
-# Ours per request: no speculation, ngram-mod alone, the whole chain with expected-value selection
+# Ours per request: no speculation, ngram-mod alone, suffix alone, the whole chain with expected-value selection
 # and with llama.cpp's precedence (speculative.select), and the oracle's ceiling.
-OUR_CONFIGS=${OUR_CONFIGS:-none,ngram-mod,$ALL@expected,$ALL@precedence,oracle}
+OUR_CONFIGS=${OUR_CONFIGS:-none,ngram-mod,suffix,$ALL@expected,$ALL@precedence,oracle}
 LLAMA_SPEC_TYPES="none ngram-mod ngram-simple ngram-map-k ngram-map-k4v"
 MARKDOWN=docs/benchmarks-performance.md
 
