@@ -67,11 +67,11 @@ class DraftChain:
         self.stats = stats if stats is not None else {}
         for name in self.types:
             self.stats.setdefault(name, DrafterStats())
-        self._last: dict[int, tuple[Key, int]] = {}  # slot -> the last draft's winner and its length
+        # slot -> the last draft's winner, its length and its drafter's own estimates (sel.hint) if any
+        self._last: dict[int, tuple[Key, int, list[float] | None]] = {}
         self._global: dict[Key, sel.Counts] = {}  # drafter-wide acceptance
         self._slot: dict[tuple[int, Key], sel.Counts] = {}  # a slot's acceptance, this request
         self._probe: dict[tuple[int, Key], sel.Probe] = {}
-        self._hint: dict[int, list[float]] = {}  # slot -> its draft's drafter estimates (sel.hint), if any
 
     @classmethod
     def from_spec(cls, spec: SpecConfig, *, stats: dict[str, DrafterStats] | None = None,
@@ -85,7 +85,6 @@ class DraftChain:
 
     def begin(self, slot: int, prompt: Sequence[int]) -> None:
         self._last.pop(slot, None)
-        self._hint.pop(slot, None)
         for key in [k for k in self._slot if k[0] == slot]:
             del self._slot[key]
             self._probe.pop(key, None)
@@ -102,7 +101,6 @@ class DraftChain:
         """The slot's request ended with ``history`` (prompt, output, last sampled token): drafters
         that learn whole requests (``finish``, optional in the protocol) learn it now."""
         self._last.pop(slot, None)
-        self._hint.pop(slot, None)
         for _, d in self.drafters:
             if hasattr(d, "finish"):
                 d.finish(slot, history)
@@ -110,7 +108,6 @@ class DraftChain:
     def draft(self, slot: int, history: Sequence[int], last_token: int, limits: DraftLimits) -> list[int]:
         """The slot's draft this step from its drafters (the draft model aside), ``[]`` for none."""
         self._last.pop(slot, None)
-        self._hint.pop(slot, None)
         if limits.n_max <= 0:
             return []
         expected = (limits.select or self.select) == "expected" and self.profile is not None
@@ -140,15 +137,13 @@ class DraftChain:
                 best = (rate, key, tokens, hint)
         if best is None:
             return []
-        self._last[slot] = (best[1], len(best[2]))
-        if best[3] is not None:
-            self._hint[slot] = best[3]
+        self._last[slot] = (best[1], len(best[2]), best[3])
         return best[2]
 
     def confidence(self, slot: int) -> list[float]:
         """Cumulative acceptance probabilities of the slot's current draft (``spec_select``)."""
-        key, n = self._last.get(slot, (None, 0))
-        return self._q(slot, key, n, self._hint.get(slot)) if key is not None else []
+        key, n, hint = self._last.get(slot, (None, 0, None))
+        return self._q(slot, key, n, hint) if key is not None else []
 
     def _q(self, slot: int, key: Key, n: int, hint: list[float] | None = None) -> list[float]:
         """Cumulative acceptance estimates of an ``n``-token draft of ``key``; ``hint``: the
@@ -184,7 +179,6 @@ class DraftChain:
             probe.denied()
             self.stats[key[0]].n_skipped += 1
             self._last.pop(slot)
-            self._hint.pop(slot, None)
         elif probe.due():
             probe.probing = True
 
@@ -203,8 +197,7 @@ class DraftChain:
         if not tokens or len(tokens) < limits.n_min:
             return []
         tokens = tokens[: limits.n_max]
-        self._last[slot] = ((DRAFT_MODEL, ""), len(tokens))
-        self._hint.pop(slot, None)
+        self._last[slot] = ((DRAFT_MODEL, ""), len(tokens), None)
         return tokens
 
     def accept(self, slot: int, n_verified: int, n_accepted: int) -> None:
@@ -215,7 +208,6 @@ class DraftChain:
         """
         assert 0 <= n_accepted <= n_verified
         last = self._last.pop(slot, None)
-        self._hint.pop(slot, None)
         if last is None or n_verified == 0:  # no draft of the chain's (none, cut to nothing, or the oracle's)
             return
         key = last[0]

@@ -86,7 +86,6 @@ class Counts:
             out.append((self.acc[b] + weight * p0) / (self.tried[b] + weight))
         return out
 
-
     def position_probs(self, prior: Sequence[float], weight: float) -> list[float]:
         """Per draft position, the acceptance rate of its bin shrunk towards ``prior[pos]`` by ``weight``."""
         acc, tried = self.acc, self.tried
@@ -120,12 +119,7 @@ def product(p: Sequence[float], n_sure: int = 0) -> list[float]:
 
 def cumulative(p_bins: Sequence[float], n: int, n_sure: int = 0) -> list[float]:
     """q_1..q_n for a draft of ``n`` tokens; the first ``n_sure`` count as certain (a probe)."""
-    out, q = [], 1.0
-    for pos in range(n):
-        if pos >= n_sure:
-            q *= p_bins[bin_of(pos)]
-        out.append(q)
-    return out
+    return product([p_bins[bin_of(pos)] for pos in range(n)], n_sure)
 
 
 @dataclass(slots=True)

@@ -86,7 +86,11 @@ def server_families(runner: Runner) -> Iterator[Metric]:
                             sum(len(s.cache) for s in runner.slots))
     yield GaugeMetricFamily(P + "kv_cache_size_cells", "KV cache cells in the context (shared by all slots).",
                             runner.engine.n_ctx)
-    for name, drafter in runner.chain.drafters:
+
+
+def structure_families(chain: DraftChain) -> Iterator[Metric]:
+    """The size of the drafters' learned structures: the ngram-mod pool and the suffix store."""
+    for name, drafter in chain.drafters:
         if name == "ngram-mod":
             pool = drafter.pool
             yield GaugeMetricFamily(P + "ngram_mod_pool_used_entries", "Occupied entries of the ngram-mod hash pool.",
@@ -189,6 +193,7 @@ class StatsCollector(Collector):
             return
         yield from server_families(runner)
         yield from drafter_families(runner.chain)
+        yield from structure_families(runner.chain)
         if runner.chain.profile is not None:
             yield from profile_families(runner.chain.profile)
         if runner.model_drafter is not None:
