@@ -7,8 +7,9 @@ and output (``ngram/suffix_local.py``). In each we match the longest suffix of t
 ``depth`` tokens, that occurred before with a token after it, then follow the most frequent
 continuation while its estimated probability (occurrences of the child over occurrences of the
 parent, multiplied along the path) stays at least ``min_prob``, for at most ``match length x factor``
-tokens and ``n_max``. The draft with more expected accepted tokens (the sum of its cumulative
-probabilities) wins, the slot's own on a tie; ``draft_tag`` says which, ``draft_probs`` gives the
+tokens and ``n_max``; a match of the full ``depth`` is censored, so only ``n_max`` bounds its draft
+(``suffix_walk.draft_limit``). The draft with more expected accepted tokens (the sum of its
+cumulative probabilities) wins, the slot's own on a tie; ``draft_tag`` says which, ``draft_probs`` gives the
 estimates for the chain's expected-value selection.
 
 Differences from ArcticInference's tree (same counts, same greedy path otherwise):
@@ -33,7 +34,7 @@ from typing import Sequence
 from ngram.suffix_local import LocalIndex
 from ngram.suffix_sort import SPAN_MAX
 from ngram.suffix_store import SuffixStore
-from ngram.suffix_walk import Cursor
+from ngram.suffix_walk import Cursor, draft_limit
 
 MIB = 1 << 20
 MAX_MB = 1 << 14  # 16 GiB: at >= 13 bytes per token, corpus positions stay within int32
@@ -147,9 +148,10 @@ class SuffixDrafter:
         st.m_local, own, own_p = local.draft(last_token, context, cap, cfg.factor, cfg.min_prob,
                                              st.m_local + grown if st.m_local else 0)
         st.n_context = n_context
-        # A global draft is worth at most its length, at most cap and match x factor: when the local
-        # one is worth that much already, the global one could only tie (and lose the tie).
-        if own and sum(own_p) >= min(cap, int(min(cfg.depth, n_context) * cfg.factor)):
+        # A global draft is worth at most its length, at most its limit for the longest possible
+        # match: when the local one is worth that much already, the global one could only tie (and
+        # lose the tie).
+        if own and sum(own_p) >= draft_limit(min(cfg.depth, n_context), cfg.depth, cap, cfg.factor):
             st.m_global = 0
             st.tag, st.probs = TAG_LOCAL, own_p
             return own
@@ -164,8 +166,7 @@ class SuffixDrafter:
 
     def match(self, slot: int, n_max: int) -> tuple[list[Cursor], int]:
         """Fresh cursors over the occurrences of the match behind the slot's last draft, in the
-        structure that drafted it, and the length limit of a draft from it (match x factor, at most
-        ``n_max``): what a token tree grows from (``ngram/suffix_tree.py``). ([], 0) after no draft."""
+        structure that drafted it, and the length limit of a draft from it (``draft_limit``): what a token tree grows from (``ngram/suffix_tree.py``). ([], 0) after no draft."""
         st = self.slots.get(slot)
         if st is None or not st.tag or st.last is None:
             return [], 0
@@ -175,7 +176,7 @@ class SuffixDrafter:
             m, cursors = local.match(st.last, context, st.m_local)
         else:
             m, cursors = self.store.match(context, len(local.tokens) + 1, cfg.depth, st.m_global)
-        return cursors, min(n_max, cfg.n_max, int(m * cfg.factor))
+        return cursors, draft_limit(m, cfg.depth, min(n_max, cfg.n_max), cfg.factor)
 
     def draft_tag(self, slot: int) -> str:
         """Which structure drafted the slot's last draft: ``global``, ``local``, or "" for none."""

@@ -16,7 +16,7 @@ from typing import Sequence
 
 from ngram.suffix_index import VALUE_BYTES, SuffixIndex
 from ngram.suffix_sort import encode
-from ngram.suffix_walk import Cursor, IndexCursor, OpenCursor, walk
+from ngram.suffix_walk import Cursor, IndexCursor, OpenCursor, draft_limit, walk
 
 
 class LocalIndex:
@@ -57,7 +57,7 @@ class LocalIndex:
         m, cursors = self.match(last, context, hint)
         if m == 0:
             return 0, [], []
-        return (m, *walk(cursors, min(cap, int(m * factor)), min_prob))
+        return (m, *walk(cursors, draft_limit(m, self.depth, cap, factor), min_prob))
 
     def match(self, last: int, context: bytes, hint: int = 0) -> tuple[int, list[Cursor]]:
         """Match length after ``tokens + [last]`` and cursors over its occurrences (none for 0)."""

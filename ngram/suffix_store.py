@@ -21,7 +21,7 @@ import numpy as np
 
 from ngram.suffix_index import BYTES_PER_SLOT, BYTES_PER_SUFFIX, VALUE_BYTES, SuffixIndex
 from ngram.suffix_sort import encode
-from ngram.suffix_walk import Cursor, IndexCursor, walk
+from ngram.suffix_walk import Cursor, IndexCursor, draft_limit, walk
 
 EVICT_TO = 15 / 16  # an eviction frees room down to this share of the budget
 BYTES_PER_REQUEST = 8  # its length
@@ -102,7 +102,7 @@ class SuffixStore:
         m, cursors = self.match(context, n_context, depth, hint)
         if m == 0:
             return 0, [], []
-        return (m, *walk(cursors, min(cap, int(m * factor)), min_prob))
+        return (m, *walk(cursors, draft_limit(m, depth, cap, factor), min_prob))
 
     def match(self, context: bytes, n_context: int, depth: int, hint: int = 0) -> tuple[int, list[Cursor]]:
         """Match length of ``context`` in the stored requests and a cursor over its occurrences (none for 0)."""

@@ -21,6 +21,14 @@ import numpy as np
 from ngram.suffix_index import SuffixIndex
 from ngram.suffix_sort import SEP
 
+def draft_limit(m: int, depth: int, cap: int, factor: float) -> int:
+    """Longest draft after a match of ``m`` tokens: ``m x factor``, at most ``cap``. A match of the
+    full ``depth`` is censored (the context agrees for at least that long, how much longer is never
+    looked at), so ``m x factor`` says nothing about it and only ``cap`` bounds the draft: a copy of
+    a long passage is drafted as far as the selection finds it pays, not cut at ``depth``."""
+    return cap if m >= depth else min(cap, int(m * factor))
+
+
 # Ranges of at most this many rows are scanned in Python; longer ones with numpy, and their
 # children are cached in the index until it changes.
 SMALL_RANGE = 16

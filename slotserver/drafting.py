@@ -94,8 +94,9 @@ class Drafting:
             offers.append(Offer(q, len(slot.cache)))
         counts = choose(offers, profile, n_input=n_input, room=room)
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("selection: %s", ", ".join(f"slot {s.id}: {n}/{len(w.draft)} (q_last {o.q[n - 1] if n else 0:.3f})"
-                                                for (s, w), o, n in zip(generating, offers, counts)))
+            log.debug("selection: %s", ", ".join(
+                f"slot {s.id}: {n}/{len(w.draft)} of {s.chain.winner(s.id) or 'oracle'} (q_last {o.q[n - 1] if n else 0:.3f})"
+                for (s, w), o, n in zip(generating, offers, counts)))
         for (slot, work), n in zip(generating, counts):
             if work.draft and slot.job.limits.oracle is None:
                 slot.chain.selected(slot.id, n)

@@ -50,7 +50,8 @@ def draft(seqs, context, depth, cap, factor, min_prob):
     m = longest_match(seqs, context, depth)
     if m == 0:
         return 0, [], []
-    return (m, *walk(seqs, context[len(context) - m :], min(cap, int(m * factor)), min_prob))
+    limit = cap if m >= depth else min(cap, int(m * factor))  # a full-depth match is censored
+    return (m, *walk(seqs, context[len(context) - m :], limit, min_prob))
 
 
 class RefSuffixDrafter:

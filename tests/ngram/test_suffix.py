@@ -144,6 +144,15 @@ def test_walk_probabilities_by_hand():
     assert store.draft(encode_context([1], 4), 1, 4, 4, 1.0, 0.0)[1] == [2]
 
 
+def test_a_match_of_the_full_depth_is_censored_so_only_n_max_bounds_its_draft():
+    # A passage seen once: after a match of depth 2 (x factor 1.0 = 2 tokens) the draft goes on to
+    # n_max, because the context may agree for much longer than the depth looked at.
+    store = filled_store([[1, 2, 3, 4, 5, 6, 7]], span=8)
+    assert store.draft(encode_context([1, 2], 2), 2, 2, 5, 1.0, 0.0)[:2] == (2, [3, 4, 5, 6, 7])
+    # A shorter match than the depth is bounded by match x factor as before.
+    assert store.draft(encode_context([9, 2], 3), 2, 3, 5, 1.0, 0.0)[:2] == (1, [3])
+
+
 def test_the_worked_example_of_the_docs():
     x, q, a, b, c, d, e, y = range(8)
     store = filled_store([[x, a, b, c, d], [a, b, c, d, y], [a, b, c, e]], span=8)
