@@ -229,5 +229,15 @@ class DraftChain:
         return {f"{n}:{t}" if t else n: [round(p, 3) for p in c.probs(None, sel.PRIOR_WEIGHT)]
                 for (n, t), c in list(self._global.items())}  # a copy: /props reads while the engine steps
 
+    def snapshot_estimates(self) -> dict[Key, sel.Counts]:
+        """A copy of the drafter-wide estimates (engine thread), for ``--spec-estimates-file``."""
+        return {key: sel.Counts(list(c.acc), list(c.tried)) for key, c in self._global.items()}
+
+    def adopt_estimates(self, estimates: dict[Key, sel.Counts]) -> None:
+        """Start from saved drafter-wide estimates (before serving): a restart drafts as far as
+        the server had learned to. Estimates of drafters or tags this chain has no more are kept
+        (a later save writes them back), so a restart with fewer types loses nothing."""
+        self._global.update(estimates)
+
     def stats_lines(self) -> list[str]:
         return [st.line(name) for name, st in self.stats.items()]

@@ -157,6 +157,7 @@ def spec_config(args: argparse.Namespace) -> SpecConfig:
                             factor=args.spec_suffix_factor, max_mb=args.spec_suffix_max_mb,
                             n_max=args.spec_suffix_n_max, learn_prompts=args.spec_suffix_learn_prompts),
         suffix_file=args.spec_suffix_file,
+        estimates_file=args.spec_estimates_file,
         mod_file=args.spec_ngram_mod_file,
         ignore_bad_files=args.spec_ignore_bad_files,
         save_interval_s=args.spec_save_interval,

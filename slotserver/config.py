@@ -36,6 +36,7 @@ class SpecConfig:
     lookup_format: str = "llamacpp"  # format the dynamic cache is saved in: llamacpp | msgpack
     mod_file: str = ""  # --spec-ngram-mod-file: persistent ngram-mod pool
     suffix_file: str = ""  # --spec-suffix-file: persistent global structure of the suffix drafter
+    estimates_file: str = ""  # --spec-estimates-file: persistent drafter-wide acceptance estimates
     ignore_bad_files: bool = False  # start with empty structures when a file cannot be read
     save_interval_s: float = 300.0  # how often learned structures are saved (and at shutdown)
     draft: DraftModelConfig = field(default_factory=DraftModelConfig)  # the draft model (draft-simple)

@@ -1,5 +1,5 @@
-"""Learned drafter structures that outlive the process: the ngram-mod pool, the n-gram caches and
-the suffix drafter's global structure.
+"""Learned drafter structures that outlive the process: the ngram-mod pool, the n-gram caches, the
+suffix drafter's global structure and the chain's acceptance estimates.
 
 Loaded once at start, before the engine runs: temporary files an interrupted save left behind
 are removed; a file that cannot be read, or holds a token id outside the model's vocabulary
@@ -36,6 +36,7 @@ from ngram.suffix import SuffixDrafter
 from ngram.suffixfile import load_store, read_store_header, save_store, snapshot_store
 from slotserver.chain import DraftChain
 from slotserver.config import SpecConfig
+from slotserver.estimates_file import load_estimates, save_estimates
 from slotserver.fingerprint import VocabInfo
 from slotserver.stats import ServerStats
 
@@ -44,6 +45,7 @@ log = logging.getLogger(__name__)
 KIND_POOL = "ngram_mod_pool"  # ServerStats.file() kinds, the metric label ``kind``
 KIND_DYNAMIC = "ngram_cache_dynamic"
 KIND_SUFFIX = "suffix_store"
+KIND_ESTIMATES = "acceptance_estimates"
 WRITER_THREAD_NAME = "slotserver-save"
 
 Write = Callable[[str], None]  # writes a snapshot to the given path
@@ -67,6 +69,7 @@ class Persistence:
         self.mod: NgramMod | None = _find(chain, NgramMod)
         self.cache: NgramCacheDrafter | None = _find(chain, NgramCacheDrafter)
         self.suffix: SuffixDrafter | None = _find(chain, SuffixDrafter)
+        self.chain = chain if chain.drafters or chain.model else None  # no drafter: nothing to estimate
         self._vocab_fn = vocab
         self._fingerprint: str | None = None
         self._n_vocab: int | None = None
@@ -99,7 +102,8 @@ class Persistence:
     def _written_paths(self) -> list[str]:
         spec = self.spec
         return [p for p in (spec.mod_file if self.mod else "", spec.lookup_dynamic if self.cache else "",
-                            spec.suffix_file if self.suffix else "") if p]
+                            spec.suffix_file if self.suffix else "", spec.estimates_file if self.chain else "")
+                if p]
 
     def load(self) -> None:
         """Read the configured files (before the engine runs; loads the vocabulary once)."""
@@ -123,6 +127,11 @@ class Persistence:
                     log.info("loaded the ngram-mod pool from %s (%d entries used)", spec.mod_file, pool.n_used)
         if self.suffix is not None and spec.suffix_file and os.path.exists(spec.suffix_file):
             self._load_suffix(spec.suffix_file)
+        if self.chain is not None and spec.estimates_file and os.path.exists(spec.estimates_file):
+            estimates = self._read(spec.estimates_file, lambda p: load_estimates(p, self.fingerprint))
+            if estimates is not None:
+                self.chain.adopt_estimates(estimates)
+                log.info("loaded acceptance estimates of %d drafter kinds from %s", len(estimates), spec.estimates_file)
         if self.cache is not None and spec.lookup_static:
             loaded = self._read(spec.lookup_static, lambda p: load_cache(p, self.fingerprint, n_vocab=self.n_vocab))
             if loaded is not None:
@@ -224,6 +233,8 @@ class Persistence:
             jobs.append((KIND_DYNAMIC, spec.lookup_dynamic, self._snapshot_dynamic))
         if self.suffix is not None and spec.suffix_file:
             jobs.append((KIND_SUFFIX, spec.suffix_file, self._snapshot_suffix))
+        if self.chain is not None and spec.estimates_file:
+            jobs.append((KIND_ESTIMATES, spec.estimates_file, self._snapshot_estimates))
         return [job for job in jobs if job[1] not in self._no_write]
 
     def _snapshot_pool(self) -> Write:
@@ -237,6 +248,10 @@ class Persistence:
     def _snapshot_suffix(self) -> Write:
         store, fingerprint = snapshot_store(self.suffix.store), self.fingerprint
         return lambda path: save_store(store, path, fingerprint)
+
+    def _snapshot_estimates(self) -> Write:
+        estimates, fingerprint = self.chain.snapshot_estimates(), self.fingerprint
+        return lambda path: save_estimates(estimates, path, fingerprint)
 
     def _snapshot(self, kind: str, path: str, take_snapshot: Callable[[], Write]) -> Write | None:
         try:

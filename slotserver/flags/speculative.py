@@ -109,6 +109,9 @@ def _own_args(g) -> None:
     g.add_argument("--lookup-cache-dynamic-max-mb", type=float, default=DYNAMIC_MAX_BYTES / MIB, metavar="MiB",
                    help="slotserver: memory budget of the dynamic cache; over it, the n-grams of least draft "
                         "value per byte are evicted (docs/drafters.md)")
+    g.add_argument("--spec-estimates-file", default="", metavar="PATH",
+                   help="slotserver: load the drafters' learned acceptance estimates from PATH at start and save "
+                        "them there (atomically): after a restart drafts are as long as they had grown to")
     g.add_argument("--spec-save-interval", type=float, default=300.0, metavar="SECONDS",
                    help="slotserver: how often learned pools/caches are saved (also at shutdown)")
     g.add_argument("--spec-ignore-bad-files", action="store_true",

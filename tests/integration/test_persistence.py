@@ -67,3 +67,28 @@ async def test_dynamic_cache_is_learned_and_saved_in_llamacpp_format(tmp_path):
         await srv.stop()
     loaded = load_cache(lcd)
     assert loaded.format == "llamacpp" and loaded.cache.n_ngrams > 100
+
+
+async def test_restart_with_estimates_file_starts_from_the_learned_acceptance(tmp_path):
+    path = tmp_path / "est.ssestim"
+    argv = SMALL + ["--spec-select", "expected", "--spec-estimates-file", str(path)]
+    repeat = {**next(w for w in load_workloads() if w["name"] == "repeat"), "n_predict": 128}
+
+    async def acceptance(srv: LiveServer) -> dict:
+        async with srv.http.get(srv.url + "/props") as resp:
+            return (await resp.json())["speculative"]["acceptance"]
+
+    srv = await LiveServer(argv).start()
+    try:
+        assert await acceptance(srv) == {}  # nothing verified yet: every estimate is the prior
+        out = await srv.complete(**greedy_request(repeat, "ngram-mod"))
+        assert out["timings"]["draft_n_accepted"] > 0
+        learned = await acceptance(srv)
+    finally:
+        await srv.stop()  # saves the estimates
+    assert learned and path.stat().st_size > 0
+    again = await LiveServer(argv).start()
+    try:
+        assert await acceptance(again) == learned  # before its first request
+    finally:
+        await again.stop()

@@ -34,6 +34,7 @@ VALUE_FLAGS = [
     (("--spec-suffix-n-max",), "32", "spec.suffix.n_max", 32),
     (("--spec-suffix-max-mb",), "8", "spec.suffix.max_mb", 8.0),
     (("--spec-suffix-file",), "s.sssuffix", "spec.suffix_file", "s.sssuffix"),
+    (("--spec-estimates-file",), "e.ssestim", "spec.estimates_file", "e.ssestim"),
     (("-s", "--seed"), "5", "seed", 5),
     (("-to", "--timeout"), "9", "limits.timeout_s", 9.0),
     (("--keep",), "-1", "n_keep", -1),
