@@ -91,7 +91,9 @@ def cell(runs: Iterable[Run], workload: str, config: str, phase: str) -> list[Ru
 
 
 def median_tps(runs: list[Run]) -> float | None:
-    return median(r.tps for r in runs) if runs else None
+    """None when no run generated a token (the model ended at once: no speed to compare)."""
+    values = [r.tps for r in runs if r.tokens > 0]
+    return median(values) if values else None
 
 
 def acceptance(runs: list[Run]) -> float | None:

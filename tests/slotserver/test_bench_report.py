@@ -87,6 +87,14 @@ def test_cold_is_round_one_and_warm_the_median_of_the_others():
     assert median_tps(cell(runs, "repeat", "ngram-mod", "warm")) is None
 
 
+def test_a_run_that_generated_nothing_has_no_speed():
+    # SmolLM2 ends 'goldcoin' at once: 0 tokens, predicted_per_second 0.0 from both servers. A
+    # median of 0.0 would make the best spec "ngram-mod" at 0.0 t/s and every ratio meaningless.
+    empty = Run(1, "free", "ngram-mod", 0.0, 0, 0, tokens=0, wall_s=0.1)
+    assert median_tps([empty]) is None
+    assert median_tps([empty, run(1, "free", "ngram-mod", 50.0)]) == 50.0
+
+
 def test_ratio_columns_pick_the_fastest_spec_type_and_the_fastest_compare_server():
     row = {"none": 50.0, "ngram-mod": 100.0, "oracle": 200.0, "ngram-mod+draft-simple": 120.0,
            "llama-server:none": 60.0, "llama-server:ngram-mod": 150.0}
