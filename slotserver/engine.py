@@ -1,8 +1,12 @@
 """The engine: one llama.cpp model and context, one batch, one ``llama_decode`` per step.
 
 Only the engine thread calls into this class. It computes; the scheduler decides what to compute.
-Each slot is a sequence id in one context with a unified KV cache; the SWA cache is kept full size
-so that rejected draft positions and old prefixes can be removed and reused exactly.
+Each slot is a sequence id in one context. As in llama-server, the sequences share one KV cache
+with ``--kv-unified`` (the default without ``-np``) and otherwise each has its own stream of
+``n_ctx / n_parallel`` cells: a slot's attention then spans only its own cells, not every cell any
+slot still caches (on SmolLM2, whose attention is a large share of a step, that made a single
+stream ~12% slower than llama-server's). The SWA cache is kept full size so that rejected draft
+positions and old prefixes can be removed and reused exactly.
 """
 
 from __future__ import annotations
@@ -76,13 +80,13 @@ class Engine:
         cparams.n_seq_max = config.n_parallel
         cparams.n_threads = n_threads
         cparams.n_threads_batch = n_threads
-        cparams.kv_unified = True
+        cparams.kv_unified = config.kv_unified
         cparams.swa_full = True
         self.ctx = lc.llama_init_from_model(self.model, cparams)
         if not self.ctx:
             raise RuntimeError("could not create the llama context")
         self.n_ctx = lc.llama_n_ctx(self.ctx)
-        self.n_ctx_slot = self.n_ctx if config.kv_unified else self.n_ctx // config.n_parallel
+        self.n_ctx_slot = self.n_ctx if config.kv_unified else lc.llama_n_ctx_seq(self.ctx)
         self.memory = lc.llama_get_memory(self.ctx)
         # Whether KV entries can be moved to other positions (context shift, --cache-reuse).
         self.can_shift = bool(lc.llama_memory_can_shift(self.memory))
@@ -240,9 +244,15 @@ class Engine:
         lc.llama_memory_seq_add(self.memory, slot_id, p0, p1, delta)
 
     def copy(self, src: int, dst: int, n: int) -> None:
-        """Let sequence ``dst`` use ``src``'s KV entries at positions [0, n); the unified cache shares
-        the cells (no copy, no extra room). ``dst`` must hold nothing at those positions."""
-        lc.llama_memory_seq_cp(self.memory, src, dst, 0, n)
+        """Let sequence ``dst`` use ``src``'s KV entries at positions [0, n); ``dst`` must hold
+        nothing. The unified cache shares the cells (no copy, no extra room); between streams
+        llama.cpp copies only whole streams (at the next decode), so ``dst`` gets all of ``src``'s
+        and drops what follows ``n``."""
+        if self.config.kv_unified:
+            lc.llama_memory_seq_cp(self.memory, src, dst, 0, n)
+            return
+        lc.llama_memory_seq_cp(self.memory, src, dst, -1, -1)
+        self.remove(dst, n)
 
     def remove(self, slot_id: int, p0: int, p1: int = -1) -> None:
         """Drop KV entries of ``slot_id`` at positions [p0, p1) (p1 = -1: to the end)."""
