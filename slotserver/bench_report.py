@@ -91,8 +91,9 @@ def cell(runs: Iterable[Run], workload: str, config: str, phase: str) -> list[Ru
 
 
 def median_tps(runs: list[Run]) -> float | None:
-    """None when no run generated a token (the model ended at once: no speed to compare)."""
-    values = [r.tps for r in runs if r.tokens > 0]
+    """None when no run generated a token or timed one (the model ended at once: the servers count
+    the end-of-generation token but report 0.0 t/s; no speed to compare)."""
+    values = [r.tps for r in runs if r.tokens > 0 and r.tps > 0]
     return median(values) if values else None
 
 

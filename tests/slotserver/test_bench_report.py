@@ -92,6 +92,7 @@ def test_a_run_that_generated_nothing_has_no_speed():
     # median of 0.0 would make the best spec "ngram-mod" at 0.0 t/s and every ratio meaningless.
     empty = Run(1, "free", "ngram-mod", 0.0, 0, 0, tokens=0, wall_s=0.1)
     assert median_tps([empty]) is None
+    assert median_tps([Run(1, "free", "ngram-mod", 0.0, 0, 0, tokens=1, wall_s=0.1)]) is None  # EOS counted
     assert median_tps([empty, run(1, "free", "ngram-mod", 50.0)]) == 50.0
 
 
