@@ -21,7 +21,9 @@ the first token (``hint_class``), so sure and unsure drafts learn separately.
 q_i tokens in expectation). The step verifies the rows with the highest q first, across all slots,
 as long as the expected tokens of the step per second of its estimated duration (the verify-cost
 profile) still grows: rows go where they buy the most, and a draft that does not pay is not
-verified at all.
+verified at all. Where each slot has its own KV stream, llama.cpp runs a step whose slots bring
+different numbers of rows as several graphs, each reading the weights again (``stream_ubatches``);
+the estimate counts them, so one slot's long draft beside others' single rows must pay for that.
 
 **Probes.** A slot whose drafts of a kind keep being cut to nothing would never learn that they
 started paying; after ``PROBE_MIN`` denials in a row (doubling while probes fail, up to
@@ -36,7 +38,7 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from slotserver.verify_costs import VerifyProfile
+from slotserver.verify_costs import MIN_STEP_SHARE, VerifyProfile
 
 BIN_EDGES = (1, 2, 4, 8, 16, 32, 64)  # bin b holds draft positions [BIN_EDGES[b-1], BIN_EDGES[b])
 N_BINS = len(BIN_EDGES) + 1
@@ -159,11 +161,46 @@ class Offer:
     depth: int  # tokens the slot has cached (attention cost of its rows)
 
 
-def choose(offers: Sequence[Offer], profile: VerifyProfile, *, n_input: int = 0, room: int | None = None) -> list[int]:
+def stream_ubatches(rows: Sequence[int]) -> list[tuple[int, int]]:
+    """(rows, sequences) of each graph llama.cpp runs for one decode when every sequence has its own
+    KV stream (no ``--kv-unified``): its ``split_equal`` takes a run of consecutive sequences that
+    still have rows and the same number of rows from each (the fewest any of them has left), until
+    none is left. ``rows``: each sequence's rows, in sequence order (taken as consecutive ids)."""
+    left = list(rows)
+    out: list[tuple[int, int]] = []
+    while True:
+        start = next((i for i, r in enumerate(left) if r > 0), None)
+        if start is None:
+            return out
+        end = start
+        while end < len(left) and left[end] > 0:
+            end += 1
+        m = min(left[start:end])
+        out.append((m * (end - start), end - start))
+        for i in range(start, end):
+            left[i] -= m
+
+
+def step_cost(profile: VerifyProfile, counts: Sequence[int], n_input: int, depth_rows: float, streams: bool) -> float:
+    """Estimated seconds of a step where slot i verifies ``counts[i]`` draft tokens besides its
+    sampled token. With ``streams`` the step is several graphs where the slots' rows differ
+    (``stream_ubatches``), each paying for the weights again."""
+    n = len(counts)
+    if not streams:
+        return profile.step(n + sum(counts), n, n_input, depth_rows)
+    graphs = stream_ubatches([1 + c for c in counts])
+    total = sum(profile.step(rows, seqs) for rows, seqs in graphs)
+    extra = profile.step(1, 1, n_input, depth_rows) - profile.step(1)  # prompt rows and depth, once
+    return max(total + extra, MIN_STEP_SHARE * profile.t_rows_s[0])
+
+
+def choose(offers: Sequence[Offer], profile: VerifyProfile, *, n_input: int = 0, room: int | None = None,
+           streams: bool = False) -> list[int]:
     """How many draft tokens of each offer to verify in one step (see the module docstring).
 
     Every offer's slot decodes its sampled token anyway; ``n_input`` prompt rows share the step;
-    ``room`` caps the draft rows (the batch). Ties go to fewer rows.
+    ``room`` caps the draft rows (the batch); ``streams``: every slot has its own KV stream
+    (``step_cost``). Ties go to fewer rows.
     """
     n = len(offers)
     if n == 0:
@@ -171,13 +208,16 @@ def choose(offers: Sequence[Offer], profile: VerifyProfile, *, n_input: int = 0,
     items = sorted(((-qk, pos, i) for i, o in enumerate(offers) for pos, qk in enumerate(o.q)))
     if room is not None:
         items = items[: max(room, 0)]
+    streams = streams and n > 1  # one sequence is one graph either way
     depth_rows = float(sum(o.depth - profile.depth for o in offers))
     tokens = float(n)
-    best_k, best = 0, tokens / profile.step(n, n, n_input, depth_rows)
+    counts = [0] * n
+    best_k, best = 0, tokens / step_cost(profile, counts, n_input, depth_rows, streams)
     for k, (neg_q, _, i) in enumerate(items, 1):
         tokens -= neg_q
         depth_rows += offers[i].depth - profile.depth
-        rate = tokens / profile.step(n + k, n, n_input, depth_rows)
+        counts[i] += 1
+        rate = tokens / step_cost(profile, counts, n_input, depth_rows, streams)
         if rate > best:
             best_k, best = k, rate
     counts = [0] * n

@@ -147,3 +147,29 @@ def test_a_drafters_own_estimates_are_the_prior_position_by_position():
     assert p[0] == pytest.approx((1 + 2 * sel.HINT_MAX) / 3) and p[1] == pytest.approx(2 * sel.HINT_MAX / 3)
     assert p[2] == pytest.approx(0.5) and p[3] == pytest.approx(0.5)  # bin 2 never tried
     assert sel.product([0.5, 0.5, 0.5], n_sure=1) == [1.0, 0.5, 0.25]
+
+
+def test_stream_ubatches_follow_llama_cpps_split_equal():
+    assert sel.stream_ubatches([1, 1, 1, 1]) == [(4, 4)]  # every slot one row: one graph
+    assert sel.stream_ubatches([41, 1, 1, 1]) == [(4, 4), (40, 1)]  # the long draft's rest alone
+    assert sel.stream_ubatches([3, 5, 2]) == [(6, 3), (2, 2), (2, 1)]
+    assert sel.stream_ubatches([]) == []
+
+
+def test_with_kv_streams_a_long_draft_beside_single_rows_pays_for_its_own_graph():
+    """Per-slot KV streams: one slot's 64 sure tokens beside three slots without drafts cost a
+    graph of 4 rows plus one of the draft's rows; the selection weighs exactly that and never
+    verifies more than with a unified cache (where the rows join one graph)."""
+    offers = [sel.Offer([1.0] * 64, GEMMA.depth)] + [sel.Offer([], GEMMA.depth)] * 3
+    unified = sel.choose(offers, GEMMA)
+    streams = sel.choose(offers, GEMMA, streams=True)
+    assert streams[1:] == unified[1:] == [0, 0, 0] and 0 < streams[0] <= unified[0]
+
+    def rate(k: int) -> float:
+        return (4 + k) / sel.step_cost(GEMMA, [k, 0, 0, 0], 0, 0.0, True)
+
+    assert rate(streams[0]) == pytest.approx(max(rate(k) for k in range(65)))
+    # One slot is one graph either way.
+    assert sel.choose(offers[:1], GEMMA, streams=True) == sel.choose(offers[:1], GEMMA)
+    # Equal rows on every slot: one graph, the unified cost.
+    assert sel.step_cost(GEMMA, [3, 3], 5, 0.0, True) == pytest.approx(sel.step_cost(GEMMA, [3, 3], 5, 0.0, False))
