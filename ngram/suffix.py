@@ -9,8 +9,8 @@ continuation while its estimated probability (occurrences of the child over occu
 parent, multiplied along the path) stays at least ``min_prob``, for at most ``match length x factor``
 tokens and ``n_max``; a match of the full ``depth`` is censored, so only ``n_max`` bounds its draft
 (``suffix_walk.draft_limit``). The draft with more expected accepted tokens (the sum of its
-cumulative probabilities) wins, the slot's own on a tie; ``draft_tag`` says which, ``draft_probs`` gives the
-estimates for the chain's expected-value selection.
+cumulative probabilities) wins, the slot's own on a tie; ``draft_tag`` says which, ``draft_probs``
+gives the estimates for the chain's expected-value selection.
 
 Differences from ArcticInference's tree (same counts, same greedy path otherwise):
 - the match is the longest one, as the paper describes, not the best-scoring of every length;
@@ -166,7 +166,8 @@ class SuffixDrafter:
 
     def match(self, slot: int, n_max: int) -> tuple[list[Cursor], int]:
         """Fresh cursors over the occurrences of the match behind the slot's last draft, in the
-        structure that drafted it, and the length limit of a draft from it (``draft_limit``): what a token tree grows from (``ngram/suffix_tree.py``). ([], 0) after no draft."""
+        structure that drafted it, and the length limit of a draft from it (``draft_limit``): what a
+        token tree grows from (``ngram/suffix_tree.py``). ([], 0) after no draft."""
         st = self.slots.get(slot)
         if st is None or not st.tag or st.last is None:
             return [], 0

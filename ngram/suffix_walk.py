@@ -21,6 +21,7 @@ import numpy as np
 from ngram.suffix_index import SuffixIndex
 from ngram.suffix_sort import SEP
 
+
 def draft_limit(m: int, depth: int, cap: int, factor: float) -> int:
     """Longest draft after a match of ``m`` tokens: ``m x factor``, at most ``cap``. A match of the
     full ``depth`` is censored (the context agrees for at least that long, how much longer is never

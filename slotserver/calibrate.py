@@ -45,7 +45,8 @@ def time_decode(engine: Engine, n_rows: int, n_seq: int, repeats: int, depth: in
     cost 1.2 s instead of 0.2 s). Leaves the sequences empty."""
     token = engine.vocab.bos if engine.vocab.bos >= 0 else 0
     seqs = range(seq0, seq0 + n_seq)
-    depth = max(0, min(depth, min(engine.n_ctx // n_seq, engine.n_ctx_slot) - n_rows - 1, engine.config.n_batch // n_seq))
+    room = min(engine.n_ctx // n_seq, engine.n_ctx_slot)  # cells per sequence (a slot's stream without -kvu)
+    depth = max(0, min(depth, room - n_rows - 1, engine.config.n_batch // n_seq))
     if depth > 0:
         engine.decode(BatchPlan([BatchEntry(s, 0, [token] * depth, False) for s in seqs]))
     plan = BatchPlan([BatchEntry(s, depth, [token] * n_rows, True) for s in seqs])

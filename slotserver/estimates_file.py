@@ -55,9 +55,10 @@ def load_estimates(path: str | os.PathLike, fingerprint: str | None = None) -> d
         name, sep, tag = key.partition("\t")
         if not sep or not isinstance(value, dict):
             raise CacheFileError(path, start, f"estimate {key!r}: expected 'drafter<TAB>tag' -> {{acc, tried}}")
-        out[(name, tag)] = Counts(_bins(path, start, key, value, "acc"), _bins(path, start, key, value, "tried"))
-        if any(a > t + 1e-9 for a, t in zip(out[(name, tag)].acc, out[(name, tag)].tried)):
+        counts = Counts(_bins(path, start, key, value, "acc"), _bins(path, start, key, value, "tried"))
+        if any(a > t + 1e-9 for a, t in zip(counts.acc, counts.tried)):
             raise CacheFileError(path, start, f"estimate {key!r}: more accepted than tried in a bin")
+        out[(name, tag)] = counts
     return out
 
 

@@ -190,7 +190,7 @@ def step_cost(profile: VerifyProfile, counts: Sequence[int], n_input: int, depth
         return profile.step(n + sum(counts), n, n_input, depth_rows)
     graphs = stream_ubatches([1 + c for c in counts])
     total = sum(profile.step(rows, seqs) for rows, seqs in graphs)
-    extra = profile.step(1, 1, n_input, depth_rows) - profile.step(1)  # prompt rows and depth, once
+    extra = profile.t_input_row_s * n_input + profile.t_depth_row_s * depth_rows  # once per step
     return max(total + extra, MIN_STEP_SHARE * profile.t_rows_s[0])
 
 

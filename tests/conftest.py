@@ -74,6 +74,22 @@ def greedy_request(wl: dict, spec: str, **extra) -> dict:
             "return_tokens": True, "speculative.type": spec, "cache_prompt": False, **extra}
 
 
+COUNTING = {"prompt": "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,", "max_tokens": 6, "temperature": 0.0,
+            "cache_prompt": False, "speculative.type": "none"}
+
+
+async def n_choices(srv: LiveServer, n: int) -> tuple[str, int, dict]:
+    """A single greedy /v1/completions of a counting prompt, then the same with ``n`` choices:
+    (the single text, prompt tokens the server decoded for the n choices, their response). The
+    first choice decodes the prompt; the others share its KV and decode only its last token."""
+    single = (await srv.post("/v1/completions", COUNTING))[1]["choices"][0]["text"]
+    stats = srv.state.runner.stats
+    n_decoded = stats.n_prompt_tokens
+    status, out = await srv.post("/v1/completions", {**COUNTING, "n": n})
+    assert status == 200, out
+    return single, stats.n_prompt_tokens - n_decoded, out
+
+
 @pytest.fixture(scope="session")
 async def baseline(server) -> dict[str, dict]:
     """Greedy outputs of every workload without speculation, with top log-probabilities per token."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import LiveServer
+from tests.conftest import LiveServer, n_choices
 
 SMALL = ["-c", "512", "-np", "2", "--spec-type", "ngram-mod"]
 
@@ -79,12 +79,6 @@ async def test_n_choices_share_the_prompt_between_kv_streams(split):
     """Without -kvu every slot has its own KV stream (its attention spans only its cells); llama.cpp
     copies only whole streams, so the second choice copies the first's and trims it to the prompt."""
     assert split.state.runner.engine.config.kv_unified is False
-    body = {"prompt": "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,", "max_tokens": 6, "temperature": 0.0,
-            "cache_prompt": False, "speculative.type": "none"}
-    single = (await split.post("/v1/completions", body))[1]["choices"][0]["text"]
-    stats = split.state.runner.stats
-    n_decoded = stats.n_prompt_tokens
-    status, out = await split.post("/v1/completions", {**body, "n": 2})
-    assert status == 200 and [c["text"] for c in out["choices"]] == [single, single]
-    # the first choice decodes the prompt; the second gets its KV and decodes only its last token
-    assert stats.n_prompt_tokens - n_decoded == out["usage"]["prompt_tokens"] + 1
+    single, n_decoded, out = await n_choices(split, 2)
+    assert [c["text"] for c in out["choices"]] == [single, single]
+    assert n_decoded == out["usage"]["prompt_tokens"] + 1

@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+from tests.conftest import COUNTING, n_choices
+
 SAME_PATH = {"cache_prompt": False, "speculative.type": "none", "temperature": 0.0}
 
 
@@ -125,18 +127,12 @@ async def test_invalid_logprobs_are_a_400(server, path, body, needle):
 async def test_n_choices_share_the_prompt_kv_and_stream_by_index(server):
     """A counting prompt: greedy choices agree with a single request whatever the batch composition
     (KV sharing and batching change logits by rounding only; see ties.py)."""
-    body = {"prompt": "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,", "max_tokens": 6, "temperature": 0.0,
-            "cache_prompt": False, "speculative.type": "none"}
-    single = (await server.post("/v1/completions", body))[1]["choices"][0]["text"]
-    stats = server.state.runner.stats
-    n_decoded = stats.n_prompt_tokens
-    status, out = await server.post("/v1/completions", {**body, "n": 3})
-    assert status == 200 and [(c["index"], c["text"]) for c in out["choices"]] == [(i, single) for i in range(3)]
+    single, n_decoded, out = await n_choices(server, 3)
+    assert [(c["index"], c["text"]) for c in out["choices"]] == [(i, single) for i in range(3)]
     n_prompt = out["usage"]["prompt_tokens"]
-    # the first choice decodes the prompt; the others share its KV and decode only its last token
-    assert stats.n_prompt_tokens - n_decoded == n_prompt + 2
+    assert n_decoded == n_prompt + 2
     assert out["usage"]["completion_tokens"] == 18 and out["usage"]["total_tokens"] == n_prompt + 18
-    events = await sse(server, "/v1/completions", {**body, "n": 3, "stream_options": {"include_usage": True}})
+    events = await sse(server, "/v1/completions", {**COUNTING, "n": 3, "stream_options": {"include_usage": True}})
     assert events[-1] == "[DONE]" and events[-2]["choices"] == [] and events[-2]["usage"]["completion_tokens"] == 18
     for i in range(3):
         assert "".join(c["text"] for e in events[:-2] for c in e["choices"] if c["index"] == i) == single
