@@ -12,7 +12,9 @@ by precedence. Without a profile (none measured) the chain falls back to precede
 
 The chain keeps the acceptance estimates of ``spec_select`` per (drafter, tag) drafter-wide and
 per slot, and each slot's probes. It learns from what was verified, not from what was proposed:
-the step may cut a draft (cost, batch room), so ``accept`` is told the verified length.
+the step may cut a draft (cost, batch room), so ``accept`` is told the verified length. It also
+keeps what each slot's verified drafts saved in its request, which caps the slot's next draft
+(``spec_select.risk_cap``).
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ class DraftChain:
         self._global: dict[Key, sel.Counts] = {}  # drafter-wide acceptance
         self._slot: dict[tuple[int, Key], sel.Counts] = {}  # a slot's acceptance, this request
         self._probe: dict[tuple[int, Key], sel.Probe] = {}
+        self._saved: dict[int, float] = {}  # slot -> seconds its verified drafts saved, this request
 
     @classmethod
     def from_spec(cls, spec: SpecConfig, *, stats: dict[str, DrafterStats] | None = None,
@@ -85,6 +88,7 @@ class DraftChain:
 
     def begin(self, slot: int, prompt: Sequence[int]) -> None:
         self._last.pop(slot, None)
+        self._saved.pop(slot, None)
         for key in [k for k in self._slot if k[0] == slot]:
             del self._slot[key]
             self._probe.pop(key, None)
@@ -141,9 +145,14 @@ class DraftChain:
         return best[2]
 
     def confidence(self, slot: int) -> list[float]:
-        """Cumulative acceptance probabilities of the slot's current draft (``spec_select``)."""
+        """Cumulative acceptance probabilities of the slot's current draft (``spec_select``), as
+        many as the slot may risk verifying (``spec_select.risk_cap``)."""
         key, n, hint = self._last.get(slot, (None, 0, None))
-        return self._q(slot, key, n, hint) if key is not None else []
+        if key is None:
+            return []
+        if self.profile is not None:
+            n = sel.risk_cap(self.profile, self._saved.get(slot, 0.0), n)
+        return self._q(slot, key, n, hint)
 
     def _q(self, slot: int, key: Key, n: int, hint: list[float] | None = None) -> list[float]:
         """Cumulative acceptance estimates of an ``n``-token draft of ``key``; ``hint``: the
@@ -218,6 +227,8 @@ class DraftChain:
         self._global.setdefault(key, sel.Counts()).update(n_verified, n_accepted, sel.GLOBAL_DECAY)
         self._slot.setdefault((slot, key), sel.Counts()).update(n_verified, n_accepted, sel.SLOT_DECAY)
         self._probe.setdefault((slot, key), sel.Probe()).verified(n_verified, n_accepted)
+        if self.profile is not None:
+            self._saved[slot] = self._saved.get(slot, 0.0) + sel.saved_s(self.profile, n_verified, n_accepted)
         t0 = time.perf_counter()
         for name, d in self.drafters:
             d.accept(slot, n_accepted, name != winner)

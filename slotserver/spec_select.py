@@ -25,6 +25,16 @@ verified at all. Where each slot has its own KV stream, llama.cpp runs a step wh
 different numbers of rows as several graphs, each reading the weights again (``stream_ubatches``);
 the estimate counts them, so one slot's long draft beside others' single rows must pay for that.
 
+**Risk cap.** Estimates carried over from other requests can be confidently wrong about a new
+one: on SmolLM2 a warm `repeat` or `humaneval0` had 64-row first drafts from a pool another run of
+the same prompt had filled (greedy output flips at near-ties between runs), each rejected early and
+costing 14 plain steps; those requests ran at 0.7-0.9x no speculation. So a slot's draft never
+risks more than ``RISK_STEPS`` plain steps plus what its verified drafts of this request have saved
+so far (``saved_s``, by the profile). On this machine's profiles a request's first draft is
+verified for at most 22 rows (SmolLM2) or 50 (Gemma 3), every later one for 64 once the first was
+accepted, and for ``PROBE_ROWS`` after a miss until drafts pay again. A request then loses at most
+a few plain steps to drafts that never pay, whatever the estimates said.
+
 **Probes.** A slot whose drafts of a kind keep being cut to nothing would never learn that they
 started paying; after ``PROBE_MIN`` denials in a row (doubling while probes fail, up to
 ``PROBE_MAX``) its next draft of that kind is verified for ``PROBE_ROWS`` tokens regardless.
@@ -51,6 +61,7 @@ HINT_MIN, HINT_MAX = 0.05, 0.99  # a drafter's estimate as a prior: never certai
 PROBE_MIN = 4
 PROBE_MAX = 256
 PROBE_ROWS = 4
+RISK_STEPS = 8.0  # plain one-row steps a slot's draft may risk before its drafts have paid for more
 
 
 def bin_of(pos: int) -> int:
@@ -153,6 +164,23 @@ def best_rate(q: Sequence[float], profile: VerifyProfile) -> float:
         tokens += qk
         best = max(best, tokens / profile.step(1 + k))
     return best
+
+
+def saved_s(profile: VerifyProfile, n_verified: int, n_accepted: int) -> float:
+    """Seconds a verified draft saved against plain steps (negative: it cost more than it gained)."""
+    return (1 + n_accepted) * profile.step(1) - profile.step(1 + n_verified)
+
+
+def risk_cap(profile: VerifyProfile, saved: float, n: int) -> int:
+    """How many of ``n`` draft tokens a slot may verify when its drafts have saved ``saved``
+    seconds in this request: the most whose extra cost over a plain step is within ``RISK_STEPS``
+    plain steps plus ``saved``, and never fewer than ``PROBE_ROWS``."""
+    t1 = profile.step(1)
+    allowed = RISK_STEPS * t1 + saved
+    k = min(PROBE_ROWS, n)
+    while k < n and profile.step(2 + k) - t1 <= allowed:
+        k += 1
+    return k
 
 
 @dataclass(slots=True)

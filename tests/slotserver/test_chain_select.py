@@ -45,12 +45,14 @@ def test_estimates_rise_with_accepted_drafts_and_fall_with_rejected_ones():
     chain.begin(0, [1])
     chain.draft(0, [1], 1, LIMITS)
     q0 = chain.confidence(0)
-    assert q0[0] == pytest.approx(sel.PRIOR_P) and len(q0) == 16
+    assert q0[0] == pytest.approx(sel.PRIOR_P)
+    assert len(q0) == sel.risk_cap(GEMMA, 0.0, 16)  # what a request's first draft may risk
     chain.accept(0, 16, 16)
     for _ in range(5):
         run(chain, 0, lambda n: n)
     chain.draft(0, [1], 1, LIMITS)
-    assert chain.confidence(0)[15] > 0.9 > q0[15]
+    assert len(chain.confidence(0)) == 16
+    assert chain.confidence(0)[len(q0) - 1] > 0.9 > q0[-1]
     chain.accept(0, 16, 16)
     for _ in range(5):
         run(chain, 0, lambda n: 0)
@@ -140,8 +142,9 @@ def test_a_drafters_estimates_are_the_prior_and_sure_drafts_learn_apart():
     chain = DraftChain([("suffix", sure)], profile=GEMMA)
     chain.begin(0, [1])
     chain.draft(0, [1], 1, LIMITS)
-    assert chain.confidence(0) == pytest.approx(sel.product([sel.HINT_MAX] * 16))  # trusted at once
-    assert chain.confidence(0)[15] > 0.8 > sel.PRIOR_P
+    cap = sel.risk_cap(GEMMA, 0.0, 16)
+    assert chain.confidence(0) == pytest.approx(sel.product([sel.HINT_MAX] * cap))  # trusted at once
+    assert chain.confidence(0)[-1] > 0.8 > sel.PRIOR_P
     chain.accept(0, 16, 16)
     assert ("suffix", "global:sure") in chain._global
     sure.probs = [0.3, 0.15]  # an unsure draft: its own class, its own estimates
@@ -151,3 +154,23 @@ def test_a_drafters_estimates_are_the_prior_and_sure_drafts_learn_apart():
     chain.accept(0, 2, 0)
     assert chain._global[("suffix", "global:unsure")].tried[0] == 1
     assert chain._global[("suffix", "global:sure")].tried[0] == 1  # untouched by the unsure draft
+
+
+def test_a_request_risks_a_few_plain_steps_until_its_drafts_pay():
+    """Drafter-wide estimates say drafts are always accepted; this request's are not: its drafts
+    are capped at what RISK_STEPS plain steps buy, then at PROBE_ROWS once they cost more than
+    they saved, and a new request starts from the first cap again."""
+    chain = DraftChain([("ngram-mod", Fixed([5] * 16))], profile=GEMMA)
+    key = ("ngram-mod", "")
+    chain._global[key] = sel.Counts()
+    for _ in range(20):
+        chain._global[key].update(16, 16, 1.0)
+    first = sel.risk_cap(GEMMA, 0.0, 16)
+    chain.begin(0, [1])
+    assert len(run(chain, 0, lambda n: 0)) == 16 and chain._saved[0] < 0
+    chain.draft(0, [1], 1, LIMITS)
+    assert len(chain.confidence(0)) == sel.PROBE_ROWS < first
+    chain.accept(0, 0, 0)
+    chain.begin(0, [1])
+    chain.draft(0, [1], 1, LIMITS)
+    assert len(chain.confidence(0)) == first

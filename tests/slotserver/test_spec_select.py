@@ -173,3 +173,14 @@ def test_with_kv_streams_a_long_draft_beside_single_rows_pays_for_its_own_graph(
     assert sel.choose(offers[:1], GEMMA, streams=True) == sel.choose(offers[:1], GEMMA)
     # Equal rows on every slot: one graph, the unified cost.
     assert sel.step_cost(GEMMA, [3, 3], 5, 0.0, True) == pytest.approx(sel.step_cost(GEMMA, [3, 3], 5, 0.0, False))
+
+
+def test_the_risk_cap_grows_with_what_drafts_saved_and_never_goes_below_a_probe():
+    t1 = GEMMA.step(1)
+    first = sel.risk_cap(GEMMA, 0.0, 64)
+    assert GEMMA.step(1 + first) - t1 <= sel.RISK_STEPS * t1 < GEMMA.step(2 + first) - t1
+    assert first < 64 and sel.risk_cap(GEMMA, 0.1, 64) > first  # 100 ms saved: more rows may be risked
+    assert sel.risk_cap(GEMMA, -1.0, 64) == sel.PROBE_ROWS  # drafts that cost: only probe-sized
+    assert sel.risk_cap(GEMMA, 0.0, 2) == 2 and sel.risk_cap(GEMMA, 10.0, 64) == 64
+    assert sel.saved_s(GEMMA, 4, 4) == pytest.approx(5 * t1 - GEMMA.step(5))
+    assert sel.saved_s(GEMMA, 4, 0) < 0 < sel.saved_s(GEMMA, 4, 4)
