@@ -12,7 +12,7 @@ import asyncio
 import pytest
 
 from tests.conftest import LiveServer, greedy_request, load_workloads
-from tests.integration.ties import check_same_or_tie, first_difference
+from tests.integration.ties import check_same_draw, check_same_or_tie
 
 WORKLOADS = load_workloads()
 MAX_TIED_WORKLOADS = 2
@@ -59,32 +59,32 @@ async def test_concurrent_slots_equal_one_by_one(server):
     n_differ = sum(
         not check_same_or_tie(ref, out["tokens"], wl["name"]) for wl, ref, out in zip(chosen, one_by_one, together)
     )
-    assert n_differ <= 1
+    # Four slots decoding together on one unified cache round differently from one alone; every
+    # difference was checked above to be a tie, and as many may differ as among the eight workloads.
+    assert n_differ <= MAX_TIED_WORKLOADS
 
 
 async def test_temperature_sampling_with_seed_is_identical(server):
-    """Same seed, temperature 0.8: same tokens with and without ngram-mod.
+    """Same seed, temperature 0.8: same tokens with and without ngram-mod, up to rounding.
 
-    The sampler draws one random number per emitted token in both runs and picks the candidate
-    where the cumulative probability (candidates sorted by probability) crosses it. The only way
-    to differ is numerical: a draw within rounding of the boundary between two neighbouring
-    candidates. So at the first difference both tokens must be candidates next to each other in
-    that order (ranks at most 2 apart, since near-equal candidates may also swap places).
+    Batched decodes move the relative log-probabilities of a position's candidates by up to ~0.9
+    here (code_edit), so a seeded draw near a boundary may pick a neighbour, and near-equal
+    candidates may swap places: ``check_same_draw`` accepts a difference only where one draw
+    explains both tokens, from both runs' post-sampling probabilities. About half of these runs
+    differ somewhere in 128 tokens, so their number is not capped.
     """
     drafted = 0
     for wl in WORKLOADS:
         if wl["name"] not in ("repeat", "code_edit", "quote"):
             continue
-        sampled = dict(temperature=0.8, seed=1234, n_predict=128)
-        plain = await server.complete(**{**request(wl, "none", n_probs=40), **sampled})
+        # n_probs 40 = the default top_k: every candidate the chain leaves, so the intervals are whole
+        sampled = dict(temperature=0.8, seed=1234, n_predict=128, n_probs=40, post_sampling_probs=True)
+        plain = await server.complete(**{**request(wl, "none"), **sampled})
+        # Reporting post-sampling probabilities samples through the same chain by hand: the very
+        # same tokens as the usual path, so what holds for one holds for the other.
+        usual = await server.complete(**{**request(wl, "none"), **sampled, "n_probs": 0, "post_sampling_probs": False})
+        assert usual["tokens"] == plain["tokens"], wl["name"]
         spec = await server.complete(**{**request(wl, "ngram-mod"), **sampled})
         drafted += spec["timings"].get("draft_n", 0)
-        k = first_difference(plain["tokens"], spec["tokens"])
-        if k is None:
-            continue
-        ranked = [c["id"] for c in plain["completion_probabilities"][k]["top_logprobs"]]
-        a, b = plain["tokens"][k], spec["tokens"][k]
-        assert a in ranked and b in ranked and abs(ranked.index(a) - ranked.index(b)) <= 2, (wl["name"], k, a, b)
-    # Every difference was checked above to be a draw on the boundary of neighbouring candidates;
-    # with long verify batches each of the three workloads may hit one, so no cap on their number.
+        check_same_draw(plain, spec, wl["name"])
     assert drafted > 0  # the comparison covered real drafts

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 
-from tests.integration.ties import check_same_or_tie, first_difference
+from tests.integration.ties import check_same_draw, check_same_or_tie
 
 # Repetitive, so ngram-mod drafts (and verification runs on the post-sampling path).
 REPEAT = {"prompt": "Write this line 8 times: Seven silver swans swim south in spring.\n", "n_predict": 96,
@@ -67,16 +67,12 @@ async def test_greedy_with_post_sampling_and_speculation_equals_no_speculation(s
 
 
 async def test_seeded_sampling_with_post_sampling_and_speculation_equals_no_speculation(server):
-    """The same seed draws the same numbers in both runs; a difference can only be a draw within
-    rounding of the boundary between neighbouring candidates (see test_lossless)."""
-    reference = await server.complete(**REPEAT, **NONE, **SEEDED, n_probs=40)
-    spec = await server.complete(**REPEAT, **MOD, **SEEDED, n_probs=5, post_sampling_probs=True)
+    """The same seed draws the same numbers in both runs; a difference must be one draw that picks
+    either token in its own run's distribution (``check_same_draw``, see test_lossless)."""
+    reference = await server.complete(**REPEAT, **NONE, **SEEDED, n_probs=40, post_sampling_probs=True)
+    spec = await server.complete(**REPEAT, **MOD, **SEEDED, n_probs=40, post_sampling_probs=True)
     assert spec["timings"].get("draft_n", 0) > 0
-    k = first_difference(reference["tokens"], spec["tokens"])
-    if k is not None:
-        ranked = [c["id"] for c in reference["completion_probabilities"][k]["top_logprobs"]]
-        a, b = reference["tokens"][k], spec["tokens"][k]
-        assert a in ranked and b in ranked and abs(ranked.index(a) - ranked.index(b)) <= 2, (k, a, b)
+    check_same_draw(reference, spec, "repeat")
     for p in spec["completion_probabilities"]:
         assert 0.0 < p["prob"] <= 1.0 and p["id"] in [c["id"] for c in p["top_probs"]] + [p["id"]]
 

@@ -44,3 +44,42 @@ def check_same_or_tie(reference: dict, other_tokens: list[int], label: str) -> b
         f"with a logit gap of {gap:.4f}, which is not a tie"
     )
     return False
+
+
+def draw_interval(probs_at: dict, token: int) -> tuple[float, float] | None:
+    """Where in [0, 1) the sampler's uniform draw picks ``token`` at one position: the post-sampling
+    probabilities (``top_probs``) laid end to end in the order the chain left them, most likely
+    first, as llama.cpp's dist sampler walks them. None if ``token`` is not a candidate."""
+    lo = 0.0
+    for c in probs_at["top_probs"]:
+        if c["id"] == token:
+            return lo, lo + c["prob"]
+        lo += c["prob"]
+    return None
+
+
+def check_same_draw(reference: dict, other: dict, label: str) -> bool:
+    """Seeded sampling: True if identical; False if they differ where one draw explains both
+    tokens; AssertionError else.
+
+    Both runs draw the same number per emitted token, so up to their first difference they drew
+    the same numbers. There, each run's token holds the draw in that run's own distribution;
+    batched decodes round differently from single-token ones, so the two distributions differ
+    slightly (boundaries move, near-equal candidates swap places). The difference is rounding
+    exactly when the two tokens' intervals overlap: one draw picks either token. An RNG out of
+    step, or a wrong KV cache, picks tokens whose intervals lie apart. Both responses carry
+    ``post_sampling_probs`` with ``n_probs`` at least the chain's ``top_k``: every candidate.
+    """
+    k = first_difference(reference["tokens"], other["tokens"])
+    if k is None:
+        return True
+    assert k < len(reference["tokens"]) and k < len(other["tokens"]), f"{label}: one output is a prefix of the other at {k}"
+    at_ref, at_other = reference["completion_probabilities"][k], other["completion_probabilities"][k]
+    a, b = reference["tokens"][k], other["tokens"][k]
+    ia, ib = draw_interval(at_ref, a), draw_interval(at_other, b)
+    where = (f"{label}: token {k}: {a} (interval {ia}) vs {b} (interval {ib}); "
+             f"reference {[(c['id'], round(c['prob'], 4)) for c in at_ref['top_probs'][:8]]}, "
+             f"other {[(c['id'], round(c['prob'], 4)) for c in at_other['top_probs'][:8]]}")
+    assert ia is not None and ib is not None, where
+    assert max(ia[0], ib[0]) <= min(ia[1], ib[1]) + 1e-6, where
+    return False
