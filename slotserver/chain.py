@@ -160,7 +160,7 @@ class DraftChain:
         glob = self._global.get(key) or sel.Counts()
         own = self._slot.get((slot, key))
         probe = self._probe.get((slot, key))
-        n_sure = sel.PROBE_ROWS if probe is not None and probe.due() else 0
+        n_sure = sel.probe_rows(self.profile) if probe is not None and probe.due() else 0
         if hint is not None:
             p = glob.position_probs(hint[:n], sel.PRIOR_WEIGHT)
             if own is not None:

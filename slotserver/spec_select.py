@@ -37,7 +37,11 @@ a few plain steps to drafts that never pay, whatever the estimates said.
 
 **Probes.** A slot whose drafts of a kind keep being cut to nothing would never learn that they
 started paying; after ``PROBE_MIN`` denials in a row (doubling while probes fail, up to
-``PROBE_MAX``) its next draft of that kind is verified for ``PROBE_ROWS`` tokens regardless.
+``PROBE_MAX``) its next draft of that kind is verified for ``probe_rows`` tokens regardless: as
+many (up to ``PROBE_ROWS``) as cost at most ``PROBE_COST`` plain steps more than a plain step. On
+SmolLM2 four probe tokens cost 2.3 plain steps, so on a workload where no draft pays the probes
+alone cost it 3-5%; one token costs 0.07 and tells whether the first position is accepted again,
+from which longer drafts grow. Gemma 3 probes with 3.
 
 Pure code, no llama.cpp: the chain keeps the estimates, ``drafting.py`` runs the selection.
 """
@@ -60,7 +64,8 @@ SLOT_DECAY = 0.9  # per verified draft of the slot
 HINT_MIN, HINT_MAX = 0.05, 0.99  # a drafter's estimate as a prior: never certain either way
 PROBE_MIN = 4
 PROBE_MAX = 256
-PROBE_ROWS = 4
+PROBE_ROWS = 4  # the most tokens a probe verifies (and the fewest the risk cap allows)
+PROBE_COST = 0.5  # plain steps a probe may cost beyond the plain step it rides on
 RISK_STEPS = 8.0  # plain one-row steps a slot's draft may risk before its drafts have paid for more
 
 
@@ -166,6 +171,18 @@ def best_rate(q: Sequence[float], profile: VerifyProfile) -> float:
     return best
 
 
+def probe_rows(profile: VerifyProfile | None) -> int:
+    """Draft tokens a probe verifies: the most, up to ``PROBE_ROWS``, whose step costs at most
+    ``1 + PROBE_COST`` plain steps; at least 1. Without a profile, ``PROBE_ROWS``."""
+    if profile is None:
+        return PROBE_ROWS
+    limit = (1.0 + PROBE_COST) * profile.step(1)
+    k = 1
+    while k < PROBE_ROWS and profile.step(2 + k) <= limit:
+        k += 1
+    return k
+
+
 def saved_s(profile: VerifyProfile, n_verified: int, n_accepted: int) -> float:
     """Seconds a verified draft saved against plain steps (negative: it cost more than it gained)."""
     return (1 + n_accepted) * profile.step(1) - profile.step(1 + n_verified)
@@ -174,10 +191,10 @@ def saved_s(profile: VerifyProfile, n_verified: int, n_accepted: int) -> float:
 def risk_cap(profile: VerifyProfile, saved: float, n: int) -> int:
     """How many of ``n`` draft tokens a slot may verify when its drafts have saved ``saved``
     seconds in this request: the most whose extra cost over a plain step is within ``RISK_STEPS``
-    plain steps plus ``saved``, and never fewer than ``PROBE_ROWS``."""
+    plain steps plus ``saved``, and never fewer than a probe's (``probe_rows``)."""
     t1 = profile.step(1)
     allowed = RISK_STEPS * t1 + saved
-    k = min(PROBE_ROWS, n)
+    k = min(probe_rows(profile), n)
     while k < n and profile.step(2 + k) - t1 <= allowed:
         k += 1
     return k

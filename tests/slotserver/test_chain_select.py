@@ -106,9 +106,10 @@ def test_drafts_cut_to_nothing_are_skipped_then_probed():
         chain.accept(0, 0, 0)
     assert chain.stats["ngram-mod"].n_skipped == sel.PROBE_MIN
     chain.draft(0, [1], 1, LIMITS)
-    assert chain.confidence(0)[: sel.PROBE_ROWS] == [1.0] * sel.PROBE_ROWS  # a probe is due
-    chain.selected(0, sel.PROBE_ROWS)
-    chain.accept(0, sel.PROBE_ROWS, 0)  # the probe failed: the next one waits twice as long
+    n_probe = sel.probe_rows(GEMMA)
+    assert chain.confidence(0)[:n_probe] == [1.0] * n_probe  # a probe is due
+    chain.selected(0, n_probe)
+    chain.accept(0, n_probe, 0)  # the probe failed: the next one waits twice as long
     assert chain._probe[(0, ("ngram-mod", ""))].next_at == 2 * sel.PROBE_MIN
 
 
@@ -158,7 +159,7 @@ def test_a_drafters_estimates_are_the_prior_and_sure_drafts_learn_apart():
 
 def test_a_request_risks_a_few_plain_steps_until_its_drafts_pay():
     """Drafter-wide estimates say drafts are always accepted; this request's are not: its drafts
-    are capped at what RISK_STEPS plain steps buy, then at PROBE_ROWS once they cost more than
+    are capped at what RISK_STEPS plain steps buy, then at a probe's length once they cost more than
     they saved, and a new request starts from the first cap again."""
     chain = DraftChain([("ngram-mod", Fixed([5] * 16))], profile=GEMMA)
     key = ("ngram-mod", "")
@@ -167,9 +168,16 @@ def test_a_request_risks_a_few_plain_steps_until_its_drafts_pay():
         chain._global[key].update(16, 16, 1.0)
     first = sel.risk_cap(GEMMA, 0.0, 16)
     chain.begin(0, [1])
-    assert len(run(chain, 0, lambda n: 0)) == 16 and chain._saved[0] < 0
     chain.draft(0, [1], 1, LIMITS)
-    assert len(chain.confidence(0)) == sel.PROBE_ROWS < first
+    assert len(chain.confidence(0)) == first
+    chain.accept(0, first, 0)
+    assert chain._saved[0] < 0
+    chain.draft(0, [1], 1, LIMITS)
+    second = len(chain.confidence(0))  # what the first loss left of the RISK_STEPS
+    assert second == sel.risk_cap(GEMMA, sel.saved_s(GEMMA, first, 0), 16) < first
+    chain.accept(0, second, 0)
+    chain.draft(0, [1], 1, LIMITS)
+    assert len(chain.confidence(0)) == sel.probe_rows(GEMMA) < second
     chain.accept(0, 0, 0)
     chain.begin(0, [1])
     chain.draft(0, [1], 1, LIMITS)

@@ -180,7 +180,26 @@ def test_the_risk_cap_grows_with_what_drafts_saved_and_never_goes_below_a_probe(
     first = sel.risk_cap(GEMMA, 0.0, 64)
     assert GEMMA.step(1 + first) - t1 <= sel.RISK_STEPS * t1 < GEMMA.step(2 + first) - t1
     assert first < 64 and sel.risk_cap(GEMMA, 0.1, 64) > first  # 100 ms saved: more rows may be risked
-    assert sel.risk_cap(GEMMA, -1.0, 64) == sel.PROBE_ROWS  # drafts that cost: only probe-sized
+    assert sel.risk_cap(GEMMA, -1.0, 64) == sel.probe_rows(GEMMA)  # drafts that cost: only probe-sized
     assert sel.risk_cap(GEMMA, 0.0, 2) == 2 and sel.risk_cap(GEMMA, 10.0, 64) == 64
     assert sel.saved_s(GEMMA, 4, 4) == pytest.approx(5 * t1 - GEMMA.step(5))
     assert sel.saved_s(GEMMA, 4, 0) < 0 < sel.saved_s(GEMMA, 4, 4)
+
+
+def test_a_probe_verifies_what_costs_at_most_half_a_plain_step_more():
+    """Measured on this machine: on SmolLM2 (rows 1, 2, 3, 4, 5: 16.9, 18.0, 25.9, 31.2, 39.4 ms)
+    a probe of 4 tokens costs 2.3 plain steps and one token 1.07: probes verify one token; on
+    Gemma 3 (22.4, 22.4, 26.7, 29.8, 44.7 ms) three."""
+    def measured(t_ms):
+        return VerifyProfile(rows=(1, 2, 3, 4, 5), t_rows_s=tuple(t / 1000 for t in t_ms), t_seq_s=0,
+                             t_input_row_s=0, t_depth_row_s=0, depth=0)
+
+    smollm2, gemma = measured((16.9, 18.0, 25.9, 31.2, 39.4)), measured((22.4, 22.4, 26.7, 29.8, 44.7))
+    assert sel.probe_rows(smollm2) == 1 and sel.probe_rows(gemma) == 3
+    for p in (smollm2, gemma, GEMMA):
+        k = sel.probe_rows(p)
+        assert p.step(1 + k) <= (1 + sel.PROBE_COST) * p.step(1)
+        assert k == sel.PROBE_ROWS or p.step(2 + k) > (1 + sel.PROBE_COST) * p.step(1)
+    flat = measured((10.0, 10.0, 10.0, 10.0, 10.0))  # rows cost nothing more: the longest probe
+    assert sel.probe_rows(flat) == sel.PROBE_ROWS == sel.probe_rows(None)
+    assert sel.probe_rows(measured((10.0, 100.0, 100.0, 100.0, 100.0))) == 1  # never fewer than one token
