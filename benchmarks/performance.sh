@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Our speculative types against a perfect drafter (the oracle) and llama-server, for each model
 # (docs/benchmarks-performance.md and docs/perf-MODEL.png).
-# Per model: our server with every n-gram drafter and --spec-oracle and, when $LLAMA_SERVER names a
-# llama-server binary, one llama-server per speculative type (each idle while not asked); then one
-# bench run that alternates all of them per workload, so every ratio shares the machine's load.
+# Per model: our server without speculation and with --spec-oracle (the baseline and the ceiling),
+# one server of ours per speculative configuration (--ours: what its drafters learn comes from its
+# own runs only, so round 1 is really cold; on one shared server every drafter would also learn the
+# workload from the none run before it) and, when $LLAMA_SERVER names a llama-server binary, one
+# llama-server per speculative type (each idle while not asked); then one bench run that alternates
+# all of them per workload, so every ratio shares the machine's load.
 # Usage: bash benchmarks/performance.sh [extra slotserver.bench args]
 #        LLAMA_SERVER=~/llama.cpp/build/bin/llama-server MODELS=gemma ROUNDS=3 ONLY=repeat,quote \
 #          bash benchmarks/performance.sh
@@ -17,9 +20,9 @@ ONLY=${ONLY:-}
 PORT=${PORT:-8290}  # ours; the llama-servers take the ports after it
 OUR_SPEC_TYPES=${OUR_SPEC_TYPES:-ngram-mod,ngram-simple,ngram-map-k,ngram-map-k4v,ngram-cache,suffix}
 ALL=${OUR_SPEC_TYPES//,/+}  # every drafter in one chain: the winner per step by --spec-select
-# Ours per request: no speculation, ngram-mod alone, suffix alone, the whole chain with expected-value selection
-# and with llama.cpp's precedence (speculative.select), and the oracle's ceiling.
-OUR_CONFIGS=${OUR_CONFIGS:-none,ngram-mod,suffix,$ALL@expected,$ALL@precedence,oracle}
+# Ours, each on its own server: ngram-mod alone, suffix alone, the whole chain with expected-value
+# selection and with llama.cpp's precedence (--spec-select); space-separated, '+' joins types.
+OUR_CONFIGS=${OUR_CONFIGS:-ngram-mod suffix $ALL@expected $ALL@precedence}
 LLAMA_SPEC_TYPES="none ngram-mod ngram-simple ngram-map-k ngram-map-k4v"
 MARKDOWN=docs/benchmarks-performance.md
 
@@ -47,10 +50,20 @@ for model in $MODELS; do
   url=http://127.0.0.1:$port
   log=/tmp/performance_${model}_slotserver.log
   # --metrics: the bench reads step and decode time around each request (time outside llama_decode)
-  start "$log" python3 -m slotserver -m "$path" --port "$port" -np 4 -c 8192 --metrics --spec-oracle \
-    --spec-type "$OUR_SPEC_TYPES"
+  start "$log" python3 -m slotserver -m "$path" --port "$port" -np 4 -c 8192 --metrics --spec-oracle
   wait_healthy "$url" "$log"
   compares=()
+  for config in $OUR_CONFIGS; do
+    port=$((port + 1))
+    types=${config%@*}
+    select=()
+    [[ $config == *@* ]] && select=(--spec-select "${config#*@}")
+    log=/tmp/performance_${model}_slotserver_$port.log
+    start "$log" python3 -m slotserver -m "$path" --port "$port" -np 4 -c 8192 --metrics \
+      --spec-type "${types//+/,}" "${select[@]}"
+    wait_healthy "http://127.0.0.1:$port" "$log"
+    compares+=(--ours "$config=http://127.0.0.1:$port")
+  done
   if [[ -n ${LLAMA_SERVER:-} ]]; then
     for type in $LLAMA_SPEC_TYPES; do
       port=$((port + 1))
@@ -63,7 +76,7 @@ for model in $MODELS; do
     done
   fi
   echo "== $(model_label "$model"): $path"
-  python3 -m slotserver.bench --url "$url" --types "$OUR_CONFIGS" "${compares[@]}" \
+  python3 -m slotserver.bench --url "$url" --types none,oracle "${compares[@]}" \
     --rounds "$ROUNDS" ${ONLY:+--only "$ONLY"} --label "$(model_label "$model")" \
     --markdown "$MARKDOWN" --append --png "docs/perf-$model.png" "$@"
   stop_servers

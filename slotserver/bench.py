@@ -10,7 +10,8 @@ speculative types, the oracle (a perfect drafter) and compare servers (llama-ser
     python -m slotserver.bench --url http://127.0.0.1:8080 --json-schema  # constrained output instead
     python -m slotserver.bench --rounds 3 --streams 1,4 --label "Gemma 3 270M" \\
         --markdown docs/benchmarks-performance.md --append --png docs/perf-gemma.png
-    bash benchmarks/performance.sh  # our server and one llama-server per type, for each model
+    python -m slotserver.bench --types none,oracle --ours ngram-mod=http://127.0.0.1:8081  # cold really cold
+    bash benchmarks/performance.sh  # ours (a server per type) and one llama-server per type, for each model
 
 The workloads ship with the package (``slotserver/workloads.json``); the test suite uses them too.
 
@@ -209,6 +210,10 @@ def main() -> None:
     p.add_argument("--compare", action="append", default=[], metavar="NAME=URL",
                    help="another server speaking llama-server's /completion, its speculative type fixed at its "
                         "start; NAME labels its column (llama-server:ngram-mod); repeatable")
+    p.add_argument("--ours", action="append", default=[], metavar="NAME=URL",
+                   help="our server of its own, its speculative types fixed at its start (NAME labels "
+                        "its column): its drafters learn from its own runs only, so round 1 is cold; "
+                        "repeatable")
     p.add_argument("--compare-url", metavar="URL", help="shorthand for --compare llama-server=URL")
     p.add_argument("--only", default="", help="comma list of workload names")
     p.add_argument("--rounds", type=int, default=2, help="round 1 is cold, the others warm (default: 2)")
@@ -226,7 +231,7 @@ def main() -> None:
         workloads = [w for w in workloads if w["name"] in args.only.split(",")]
     compares = args.compare + ([f"llama-server={args.compare_url}"] if args.compare_url else [])
     try:
-        configs = parse_configs(args.url, args.types, compares)
+        configs = parse_configs(args.url, args.types, compares, args.ours)
         streams = parse_streams(args.streams)
     except ValueError as exc:
         p.error(str(exc))

@@ -9,6 +9,11 @@ A configuration is one column of the report:
 - ``oracle``: our server drafting from the expected greedy continuation (``speculative.oracle``,
   a server started with ``--spec-oracle``), the ceiling a perfect drafter reaches; it takes its
   tokens from the same workload's ``none`` run, so ``none`` runs before it;
+- own (``--ours NAME=URL``): ours on a server of its own, its speculative types fixed at its start
+  and no ``speculative.*`` field sent. What its drafters learn (pools, suffix structure,
+  estimates) comes from its own requests only, so round 1 is really cold for it: on a shared
+  server every drafter also learns from the other configurations' runs of the same workload
+  (``none`` runs first), and "cold" is then warm;
 - compare: another server speaking llama-server's ``/completion`` whose speculative type was fixed
   at its start; it gets no ``speculative.*`` field.
 
@@ -23,7 +28,7 @@ from typing import NamedTuple
 
 NONE = "none"
 ORACLE = "oracle"
-OURS, COMPARE = "ours", "compare"  # Config.kind; the oracle is ours with kind ORACLE
+OURS, OWN, COMPARE = "ours", "own", "compare"  # Config.kind; the oracle is ours with kind ORACLE
 
 
 @dataclass(frozen=True)
@@ -34,12 +39,12 @@ class Config:
 
     @property
     def is_ours(self) -> bool:
-        return self.kind in (OURS, ORACLE)
+        return self.kind in (OURS, OWN, ORACLE)
 
     @property
     def is_spec(self) -> bool:
         """One of our speculative types: a candidate for "ours, best speculative type"."""
-        return self.kind == OURS and self.name != NONE
+        return self.kind in (OURS, OWN) and self.name != NONE
 
 
 class Visit(NamedTuple):
@@ -57,15 +62,16 @@ def split_named(spec: str, flag: str) -> tuple[str, str]:
     return name, url
 
 
-def parse_configs(url: str, types: str, compares: list[str]) -> list[Config]:
-    """Configurations from ``--types`` (comma list, ``oracle`` among them) and ``--compare NAME=URL``:
-    ``none`` first (the baseline, and the oracle's source), then the other types, then the compare
-    servers in the order given."""
+def parse_configs(url: str, types: str, compares: list[str], own: list[str] = ()) -> list[Config]:
+    """Configurations from ``--types`` (comma list, ``oracle`` among them), ``--ours NAME=URL`` and
+    ``--compare NAME=URL``: ``none`` first (the baseline, and the oracle's source), then the other
+    types, then our servers of their own, then the compare servers, in the order given."""
     names = [t for t in types.split(",") if t]
     if ORACLE in names and NONE not in names:
         raise ValueError("'oracle' drafts from the 'none' run's tokens: add 'none' to --types")
     ours = sorted(names, key=lambda t: t != NONE)  # stable: the rest keep their order
-    return with_compares([Config(t, ORACLE if t == ORACLE else OURS, url) for t in ours], compares)
+    ours_own = [Config(name, OWN, u) for name, u in (split_named(s, "--ours") for s in own)]
+    return with_compares([Config(t, ORACLE if t == ORACLE else OURS, url) for t in ours] + ours_own, compares)
 
 
 def with_compares(ours: list[Config], compares: list[str]) -> list[Config]:

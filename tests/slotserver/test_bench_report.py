@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestServer
 
 from slotserver.bench import measure, write_reports
 from slotserver.bench_chart import write_png
-from slotserver.bench_plan import COMPARE, ORACLE, OURS, Config, Visit, parse_configs, request_body, stream_mix, \
+from slotserver.bench_plan import COMPARE, ORACLE, OURS, OWN, Config, Visit, parse_configs, request_body, stream_mix, \
     visit_order
 from slotserver.bench_report import (NA, Run, StreamRun, acceptance, cell, chart_rows, command_line, counters,
                                      markdown, median_tps, outside_decode, ratios, serial_tps, stream_tps)
@@ -41,6 +41,21 @@ def test_configs_put_none_first_and_compare_servers_last():
     assert [c.kind for c in cs] == [OURS, OURS, ORACLE, OURS, COMPARE, COMPARE]
     assert [c.url for c in cs] == [URL] * 4 + [LS] * 2
     assert [c.name for c in cs if c.is_spec] == ["ngram-mod", "ngram-mod+draft-simple"]
+
+
+def test_our_servers_of_their_own_count_as_ours_and_get_no_speculative_fields():
+    """``--ours NAME=URL``: each configuration on a server of its own, so its round 1 is cold."""
+    cs = parse_configs(URL, "none,oracle", [f"llama-server:ngram-mod={LS}"],
+                       ["ngram-mod=http://mod", "suffix@expected=http://suffix"])
+    assert [(c.name, c.kind, c.url) for c in cs] == [
+        ("none", OURS, URL), ("oracle", ORACLE, URL), ("ngram-mod", OWN, "http://mod"),
+        ("suffix@expected", OWN, "http://suffix"), ("llama-server:ngram-mod", COMPARE, LS)]
+    assert [c.name for c in cs if c.is_spec] == ["ngram-mod", "suffix@expected"]
+    assert all(c.is_ours for c in cs[:4]) and not cs[4].is_ours
+    body = request_body(cs[3], WORKLOADS[0])
+    assert not [k for k in body if k.startswith("speculative.")] and body["prompt"] == WORKLOADS[0]["prompt"]
+    with pytest.raises(ValueError, match="must differ"):
+        parse_configs(URL, "none,ngram-mod", [], ["ngram-mod=http://mod"])
 
 
 @pytest.mark.parametrize("types, compares, message", [
