@@ -12,6 +12,7 @@ from slotserver.api.app import create_app
 from slotserver.api.state import STATE
 from slotserver.bench import load_workloads
 from slotserver.cli import build_parser, config_from_args
+from tests.integration.ties import TIE_PROBS
 
 
 class LiveServer:
@@ -93,4 +94,4 @@ async def n_choices(srv: LiveServer, n: int) -> tuple[str, int, dict]:
 @pytest.fixture(scope="session")
 async def baseline(server) -> dict[str, dict]:
     """Greedy outputs of every workload without speculation, with top log-probabilities per token."""
-    return {wl["name"]: await server.complete(**greedy_request(wl, "none", n_probs=5)) for wl in load_workloads()}
+    return {wl["name"]: await server.complete(**greedy_request(wl, "none", n_probs=TIE_PROBS)) for wl in load_workloads()}

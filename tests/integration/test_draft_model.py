@@ -16,7 +16,7 @@ import pytest
 from slotserver.models import default_model_path
 from tests.conftest import LiveServer, greedy_request, load_workloads
 from tests.integration.fim_model import SMOLLM2
-from tests.integration.ties import check_same_or_tie, first_difference
+from tests.integration.ties import TIE_PROBS, check_same_or_tie, first_difference
 
 WORKLOADS = {wl["name"]: wl for wl in load_workloads()}
 HIGH = ("repeat", "repeat_zh", "code_edit", "quote")  # the high-draftability workloads
@@ -64,7 +64,7 @@ async def bridged_base(bridged) -> dict[str, dict]:
 
 
 async def baselines(server: LiveServer, names) -> dict[str, dict]:
-    return {n: await server.complete(**request(n, "none", n_probs=5)) for n in names}
+    return {n: await server.complete(**request(n, "none", n_probs=TIE_PROBS)) for n in names}
 
 
 async def test_same_model_accepts_every_draft_and_equals_no_speculation(same):

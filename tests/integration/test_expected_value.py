@@ -13,7 +13,7 @@ from slotserver.calibrate import load_or_measure
 from slotserver.engine import Engine, EngineConfig
 from slotserver.models import default_model_path
 from tests.conftest import LiveServer, greedy_request, load_workloads
-from tests.integration.ties import check_same_or_tie
+from tests.integration.ties import TIE_PROBS, check_same_or_tie
 from tests.metrics.promtext import parse, value
 
 WORKLOADS = {w["name"]: w for w in load_workloads()}
@@ -44,7 +44,7 @@ async def test_profile_is_shown_in_props_and_metrics(oracle_server):
 @pytest.mark.parametrize("name", ["repeat", "humaneval0"])
 async def test_oracle_drafts_the_known_continuation_losslessly(oracle_server, name):
     wl = WORKLOADS[name]
-    plain = await oracle_server.complete(**greedy_request(wl, "none", n_probs=5))
+    plain = await oracle_server.complete(**greedy_request(wl, "none", n_probs=TIE_PROBS))
     out = await oracle_server.complete(**greedy_request(wl, "none", **{"speculative.oracle": plain["tokens"]}))
     same = check_same_or_tie(plain, out["tokens"], f"oracle {name}")  # a difference must be a near-tie
     t = out["timings"]

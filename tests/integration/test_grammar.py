@@ -11,7 +11,7 @@ import json
 
 import jsonschema
 
-from tests.integration.ties import check_same_or_tie
+from tests.integration.ties import TIE_PROBS, check_same_or_tie
 
 FIVE_AS = 'root ::= "a" "a" "a" "a" "a"'
 PERSON = {
@@ -104,7 +104,7 @@ async def test_constrained_output_is_the_same_with_and_without_speculation(serve
                                ("A person, as JSON:\n", {"json_schema": PERSON}),
                                ("Write the word 'hello':", {"grammar": FIVE_AS})]:
         for sampling in (GREEDY, SEEDED):
-            plain = await server.complete(**body(prompt, "none", n_probs=5, **constraint, **sampling))
+            plain = await server.complete(**body(prompt, "none", n_probs=TIE_PROBS, **constraint, **sampling))
             spec = await server.complete(**body(prompt, "ngram-mod", **constraint, **sampling))
             assert "draft_n" not in plain["timings"]
             drafted += spec["timings"].get("draft_n", 0)

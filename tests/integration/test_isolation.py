@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from tests.conftest import LiveServer
-from tests.integration.ties import check_same_or_tie
+from tests.integration.ties import TIE_PROBS, check_same_or_tie
 
 GOOD = ["The capital of France is", "Once upon a time, in a small village,", "def fibonacci(n):"]
 FAULTY = "Write a list of fruits:"
@@ -28,7 +28,7 @@ async def iso():
 
 
 def body(prompt: str, n_predict: int, id_slot: int) -> dict:
-    return {"prompt": prompt, "n_predict": n_predict, "temperature": 0.0, "id_slot": id_slot, "n_probs": 5,
+    return {"prompt": prompt, "n_predict": n_predict, "temperature": 0.0, "id_slot": id_slot, "n_probs": TIE_PROBS,
             "cache_prompt": False, "speculative.type": "none", "return_tokens": True}
 
 

@@ -3,7 +3,7 @@ without speculation (verification samples through the bias too)."""
 
 from __future__ import annotations
 
-from tests.integration.ties import check_same_or_tie
+from tests.integration.ties import TIE_PROBS, check_same_or_tie
 
 # Not a benchmark workload: the session server's shared pool must not learn the lossless tests' texts
 # (more drafts there mean more batched verification, each a chance for rounding to flip a tie).
@@ -15,7 +15,7 @@ async def test_forbidding_a_token_changes_output_the_same_way_with_and_without_s
     plain = await server.complete(**REPEAT, **{"speculative.type": "none"})
     banned = plain["tokens"][3]  # a token the repetition keeps producing, so drafts propose it
     bias = {"logit_bias": [[banned, False]]}
-    without = await server.complete(**REPEAT, **bias, n_probs=5, **{"speculative.type": "none"})
+    without = await server.complete(**REPEAT, **bias, n_probs=TIE_PROBS, **{"speculative.type": "none"})
     with_spec = await server.complete(**REPEAT, **bias, **{"speculative.type": "ngram-mod"})
     assert banned not in without["tokens"] and banned not in with_spec["tokens"]
     assert without["tokens"] != plain["tokens"]

@@ -12,7 +12,7 @@ import asyncio
 import pytest
 
 from tests.conftest import LiveServer, greedy_request, load_workloads
-from tests.integration.ties import check_same_draw, check_same_or_tie
+from tests.integration.ties import TIE_PROBS, check_same_draw, check_same_or_tie
 
 WORKLOADS = load_workloads()
 MAX_TIED_WORKLOADS = 2
@@ -35,7 +35,7 @@ async def fresh():
 
 @pytest.fixture(scope="module")
 async def fresh_baseline(fresh) -> dict[str, dict]:
-    return {wl["name"]: await fresh.complete(**request(wl, "none", n_probs=5)) for wl in WORKLOADS}
+    return {wl["name"]: await fresh.complete(**request(wl, "none", n_probs=TIE_PROBS)) for wl in WORKLOADS}
 
 
 async def test_greedy_ngram_mod_equals_no_speculation(fresh, fresh_baseline):
@@ -53,7 +53,7 @@ async def test_greedy_ngram_mod_equals_no_speculation(fresh, fresh_baseline):
 
 async def test_concurrent_slots_equal_one_by_one(server):
     chosen = [wl for wl in WORKLOADS if wl["name"] in ("repeat", "code_edit", "quote", "free")]
-    one_by_one = [await server.complete(**request(wl, "ngram-mod", n_probs=5)) for wl in chosen]
+    one_by_one = [await server.complete(**request(wl, "ngram-mod", n_probs=TIE_PROBS)) for wl in chosen]
     together = await asyncio.gather(*(server.complete(**request(wl, "ngram-mod")) for wl in chosen))
     assert len({r["id_slot"] for r in together}) == 4  # really four slots at once
     n_differ = sum(

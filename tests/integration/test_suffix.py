@@ -15,7 +15,7 @@ import re
 import pytest
 
 from tests.conftest import ALL_TYPES, LiveServer, greedy_request, load_workloads
-from tests.integration.ties import check_same_or_tie
+from tests.integration.ties import TIE_PROBS, check_same_or_tie
 
 N_PREDICT = 128
 WORKLOADS = [{**wl, "n_predict": N_PREDICT} for wl in load_workloads()]
@@ -37,7 +37,7 @@ async def srv():
 
 @pytest.fixture(scope="module")
 async def base(srv) -> dict[str, dict]:
-    return {wl["name"]: await srv.complete(**request(wl, "none", n_probs=5)) for wl in WORKLOADS}
+    return {wl["name"]: await srv.complete(**request(wl, "none", n_probs=TIE_PROBS)) for wl in WORKLOADS}
 
 
 async def suffix_counter(server: LiveServer, family: str) -> float:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 
-from tests.integration.ties import check_same_draw, check_same_or_tie
+from tests.integration.ties import TIE_PROBS, check_same_draw, check_same_or_tie
 
 # Repetitive, so ngram-mod drafts (and verification runs on the post-sampling path).
 REPEAT = {"prompt": "Write this line 8 times: Seven silver swans swim south in spring.\n", "n_predict": 96,
@@ -57,7 +57,7 @@ async def test_post_sampling_probs_are_the_candidates_the_chain_left(server):
 
 
 async def test_greedy_with_post_sampling_and_speculation_equals_no_speculation(server):
-    reference = await server.complete(**REPEAT, **NONE, temperature=0.0, n_probs=5)
+    reference = await server.complete(**REPEAT, **NONE, temperature=0.0, n_probs=TIE_PROBS)
     plain_post = await server.complete(**REPEAT, **NONE, temperature=0.0, n_probs=5, post_sampling_probs=True)
     assert plain_post["tokens"] == reference["tokens"]
     spec = await server.complete(**REPEAT, **MOD, temperature=0.0, n_probs=5, post_sampling_probs=True)
