@@ -24,7 +24,7 @@ is measured under the same machine load.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 NONE = "none"
 ORACLE = "oracle"
@@ -62,7 +62,7 @@ def split_named(spec: str, flag: str) -> tuple[str, str]:
     return name, url
 
 
-def parse_configs(url: str, types: str, compares: list[str], own: list[str] = ()) -> list[Config]:
+def parse_configs(url: str, types: str, compares: Sequence[str], own: Sequence[str] = ()) -> list[Config]:
     """Configurations from ``--types`` (comma list, ``oracle`` among them), ``--ours NAME=URL`` and
     ``--compare NAME=URL``: ``none`` first (the baseline, and the oracle's source), then the other
     types, then our servers of their own, then the compare servers, in the order given."""

@@ -32,7 +32,7 @@ costing 14 plain steps; those requests ran at 0.7-0.9x no speculation. So a slot
 risks more than ``RISK_STEPS`` plain steps plus what its verified drafts of this request have saved
 so far (``saved_s``, by the profile). On this machine's profiles a request's first draft is
 verified for at most 22 rows (SmolLM2) or 50 (Gemma 3), every later one for 64 once the first was
-accepted, and for ``PROBE_ROWS`` after a miss until drafts pay again. A request then loses at most
+accepted, and for a probe's length (``probe_rows``) after a miss until drafts pay again. A request then loses at most
 a few plain steps to drafts that never pay, whatever the estimates said.
 
 **Probes.** A slot whose drafts of a kind keep being cut to nothing would never learn that they
@@ -171,16 +171,21 @@ def best_rate(q: Sequence[float], profile: VerifyProfile) -> float:
     return best
 
 
-def probe_rows(profile: VerifyProfile | None) -> int:
-    """Draft tokens a probe verifies: the most, up to ``PROBE_ROWS``, whose step costs at most
-    ``1 + PROBE_COST`` plain steps; at least 1. Without a profile, ``PROBE_ROWS``."""
-    if profile is None:
-        return PROBE_ROWS
-    limit = (1.0 + PROBE_COST) * profile.step(1)
-    k = 1
-    while k < PROBE_ROWS and profile.step(2 + k) <= limit:
+def _most_tokens(profile: VerifyProfile, k: int, n: int, extra_s: float) -> int:
+    """From ``k``, the most draft tokens (up to ``n``) whose one-slot step costs at most ``extra_s``
+    seconds more than a plain step."""
+    t1 = profile.step(1)
+    while k < n and profile.step(2 + k) - t1 <= extra_s:
         k += 1
     return k
+
+
+def probe_rows(profile: VerifyProfile | None) -> int:
+    """Draft tokens a probe verifies: the most, up to ``PROBE_ROWS``, whose step costs at most
+    ``PROBE_COST`` plain steps more than a plain step; at least 1. Without a profile, ``PROBE_ROWS``."""
+    if profile is None:
+        return PROBE_ROWS
+    return _most_tokens(profile, 1, PROBE_ROWS, PROBE_COST * profile.step(1))
 
 
 def saved_s(profile: VerifyProfile, n_verified: int, n_accepted: int) -> float:
@@ -192,12 +197,7 @@ def risk_cap(profile: VerifyProfile, saved: float, n: int) -> int:
     """How many of ``n`` draft tokens a slot may verify when its drafts have saved ``saved``
     seconds in this request: the most whose extra cost over a plain step is within ``RISK_STEPS``
     plain steps plus ``saved``, and never fewer than a probe's (``probe_rows``)."""
-    t1 = profile.step(1)
-    allowed = RISK_STEPS * t1 + saved
-    k = min(probe_rows(profile), n)
-    while k < n and profile.step(2 + k) - t1 <= allowed:
-        k += 1
-    return k
+    return _most_tokens(profile, min(probe_rows(profile), n), n, RISK_STEPS * profile.step(1) + saved)
 
 
 @dataclass(slots=True)

@@ -31,16 +31,23 @@ def logprob_gap(probs_at: dict, token_a: int, token_b: int) -> float:
     return abs(lp[token_a] - lp[token_b])
 
 
+def parting(ref_tokens: list[int], other_tokens: list[int], label: str) -> int | None:
+    """Where two outputs first differ (None: identical); neither may be a prefix of the other."""
+    k = first_difference(ref_tokens, other_tokens)
+    assert k is None or (k < len(ref_tokens) and k < len(other_tokens)), \
+        f"{label}: one output is a prefix of the other at {k}"
+    return k
+
+
 def check_same_or_tie(reference: dict, other_tokens: list[int], label: str) -> bool:
     """True if identical; False if they differ at a near-tie of the reference run; AssertionError else.
 
     ``reference`` is a completion response with ``tokens`` and ``completion_probabilities``.
     """
     ref_tokens = reference["tokens"]
-    k = first_difference(ref_tokens, other_tokens)
+    k = parting(ref_tokens, other_tokens, label)
     if k is None:
         return True
-    assert k < len(ref_tokens) and k < len(other_tokens), f"{label}: one output is a prefix of the other at {k}"
     # The other token must be among the reference's top candidates and within the bound of its
     # choice; several near-equal candidates can make it the third or fourth, not only the second.
     gap = logprob_gap(reference["completion_probabilities"][k], ref_tokens[k], other_tokens[k])
@@ -75,10 +82,9 @@ def check_same_draw(reference: dict, other: dict, label: str) -> bool:
     step, or a wrong KV cache, picks tokens whose intervals lie apart. Both responses carry
     ``post_sampling_probs`` with ``n_probs`` at least the chain's ``top_k``: every candidate.
     """
-    k = first_difference(reference["tokens"], other["tokens"])
+    k = parting(reference["tokens"], other["tokens"], label)
     if k is None:
         return True
-    assert k < len(reference["tokens"]) and k < len(other["tokens"]), f"{label}: one output is a prefix of the other at {k}"
     at_ref, at_other = reference["completion_probabilities"][k], other["completion_probabilities"][k]
     a, b = reference["tokens"][k], other["tokens"][k]
     ia, ib = draw_interval(at_ref, a), draw_interval(at_other, b)
