@@ -38,6 +38,10 @@ from ngram.cache_data import (
 
 __all__ = ["NgramCache", "NgramCacheConfig", "NgramCacheDrafter", "cache_draft"]
 
+# Which cache gave a draft token (NgramCacheDrafter.draft_tag: of the first one).
+SOURCE_CONTEXT, SOURCE_DYNAMIC, SOURCE_STATIC = "context", "dynamic", "static"
+SOURCES = (SOURCE_CONTEXT, SOURCE_DYNAMIC, SOURCE_STATIC)
+
 # Thresholds indexed by n-gram size - 1: minimum sample size and minimum share (%) of the best token.
 MIN_SAMPLE_LAX = (2, 2, 1, 1)
 MIN_PERCENT_LAX = (66, 50, 50, 50)
@@ -102,8 +106,10 @@ def cache_draft(
     static: NgramCache,
     nmin: int = NGRAM_MIN,
     nmax: int = NGRAM_MAX,
+    sources: list[str] | None = None,
 ) -> list[int]:
-    """Up to ``n_draft`` tokens continuing ``inp`` (which ends with the last sampled token)."""
+    """Up to ``n_draft`` tokens continuing ``inp`` (which ends with the last sampled token);
+    ``sources``, if given, gets which cache gave each token (``SOURCES``)."""
     if len(inp) < NGRAM_STATIC:
         return []
     tail = list(inp[-NGRAM_MAX:])  # only the last NGRAM_MAX tokens are ever looked at
@@ -112,14 +118,19 @@ def cache_draft(
     while len(draft) < n_draft:
         part_static = static.parts.get(make_ngram(tail[-NGRAM_STATIC:])) or {}
         ngrams = [make_ngram(tail[-s:]) for s in range(nmin, min(nmax, n_seq) + 1)]
+        source = SOURCE_CONTEXT
         token = try_draft_primary(context, ngrams, part_static, MIN_SAMPLE_LAX, MIN_PERCENT_LAX)
         if token is None:
+            source = SOURCE_DYNAMIC
             token = try_draft_primary(dynamic, ngrams, part_static, MIN_SAMPLE_STRICT, MIN_PERCENT_STRICT)
         if token is None:
+            source = SOURCE_STATIC
             token = try_draft_static(part_static)
         if token is None:
             break
         draft.append(token)
+        if sources is not None:
+            sources.append(source)
         tail = (tail + [token])[-NGRAM_MAX:]
         n_seq += 1
     return draft
@@ -145,6 +156,7 @@ class NgramCacheConfig:
 class SlotCache:
     tokens: list[int] = field(default_factory=list)  # history + [last token], all counted
     context: NgramCache = field(default_factory=NgramCache)
+    tag: str = ""  # which cache gave the last draft's first token (draft_tag)
 
 
 class NgramCacheDrafter:
@@ -194,7 +206,19 @@ class NgramCacheDrafter:
         self._count(st, new)
         cfg = self.config
         n_draft = min(cfg.n_draft, n_max)
-        return cache_draft(st.tokens, n_draft, st.context, self.dynamic, self.static, cfg.ngram_min, cfg.ngram_max)
+        sources: list[str] = []
+        out = cache_draft(st.tokens, n_draft, st.context, self.dynamic, self.static, cfg.ngram_min, cfg.ngram_max,
+                          sources)
+        st.tag = sources[0] if sources else ""
+        return out
+
+    def draft_tag(self, slot: int) -> str:
+        """Which cache gave the first token of the slot's last draft (``SOURCES``), "" for none:
+        this request's own n-grams and earlier requests' are right at very different rates (a
+        dynamic cache filled on one workload drafts confidently wrong at the start of another),
+        so the chain learns their acceptance apart."""
+        st = self.slots.get(slot)
+        return st.tag if st is not None else ""
 
     def accept(self, slot: int, n_accepted: int, is_other: bool) -> None:
         return  # llama.cpp's ngram-cache does not adapt to acceptance

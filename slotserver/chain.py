@@ -15,6 +15,17 @@ per slot, and each slot's probes. It learns from what was verified, not from wha
 the step may cut a draft (cost, batch room), so ``accept`` is told the verified length. It also
 keeps what each slot's verified drafts saved in its request, which caps the slot's next draft
 (``spec_select.risk_cap``).
+
+**Rivals learn too.** With ``expected`` every drafter drafts each step, but only the winner is
+verified. The next step's context shows what the target really produced after the last draft (the
+accepted tokens and the sampled one), so every draft that was not verified (the losers', and the
+winner's if the step cut it to nothing) is scored against it for the positions it covers
+(``_learn_rivals``): a drafter that loses every step still learns how far its drafts would have
+been accepted. Without this, one early miss locked a drafter out: on a fresh server the suffix
+drafter's first `repeat_zh` draft was rejected, its estimate fell to 0.44, and ngram-cache's
+8-token drafts then won every step at 68% of the oracle, while suffix's 64-token ones were right.
+Scoring costs a comparison of a few tokens per drafter; the statistics (`#gen`, `#acc`) still
+count verified drafts only.
 """
 
 from __future__ import annotations
@@ -75,6 +86,10 @@ class DraftChain:
         self._slot: dict[tuple[int, Key], sel.Counts] = {}  # a slot's acceptance, this request
         self._probe: dict[tuple[int, Key], sel.Probe] = {}
         self._saved: dict[int, float] = {}  # slot -> seconds its verified drafts saved, this request
+        # slot -> the context its last drafts followed (length, last token) and the drafts no
+        # verification will score, until the next draft() call shows what came after (_learn_rivals)
+        self._rivals: dict[int, tuple[int, int, list[tuple[Key, list[int]]]]] = {}
+        self._winner_draft: dict[int, list[int]] = {}  # slot -> its current draft's tokens (scored if cut to nothing)
 
     @classmethod
     def from_spec(cls, spec: SpecConfig, *, stats: dict[str, DrafterStats] | None = None,
@@ -89,6 +104,8 @@ class DraftChain:
     def begin(self, slot: int, prompt: Sequence[int]) -> None:
         self._last.pop(slot, None)
         self._saved.pop(slot, None)
+        self._rivals.pop(slot, None)
+        self._winner_draft.pop(slot, None)
         for key in [k for k in self._slot if k[0] == slot]:
             del self._slot[key]
             self._probe.pop(key, None)
@@ -105,6 +122,8 @@ class DraftChain:
         """The slot's request ended with ``history`` (prompt, output, last sampled token): drafters
         that learn whole requests (``finish``, optional in the protocol) learn it now."""
         self._last.pop(slot, None)
+        self._rivals.pop(slot, None)
+        self._winner_draft.pop(slot, None)
         for _, d in self.drafters:
             if hasattr(d, "finish"):
                 d.finish(slot, history)
@@ -112,10 +131,13 @@ class DraftChain:
     def draft(self, slot: int, history: Sequence[int], last_token: int, limits: DraftLimits) -> list[int]:
         """The slot's draft this step from its drafters (the draft model aside), ``[]`` for none."""
         self._last.pop(slot, None)
+        self._winner_draft.pop(slot, None)
+        self._learn_rivals(slot, history, last_token)
         if limits.n_max <= 0:
             return []
         expected = (limits.select or self.select) == "expected" and self.profile is not None
         best: tuple[float, Key, list[int], list[float] | None] | None = None
+        offered: list[tuple[Key, list[int]]] = []
         for name, d in self.drafters:
             if limits.types is not None and name not in limits.types:
                 continue
@@ -137,12 +159,34 @@ class DraftChain:
                 best = (0.0, key, tokens, hint)
                 break
             rate = sel.best_rate(self._q(slot, key, len(tokens), hint), self.profile)
+            offered.append((key, tokens))
             if best is None or rate > best[0]:
                 best = (rate, key, tokens, hint)
         if best is None:
             return []
         self._last[slot] = (best[1], len(best[2]), best[3])
+        if expected:
+            self._rivals[slot] = (len(history), last_token, [o for o in offered if o[1] is not best[2]])
+            self._winner_draft[slot] = best[2]
         return best[2]
+
+    def _learn_rivals(self, slot: int, history: Sequence[int], last_token: int) -> None:
+        """Score the drafts of the slot's last draft call that nothing verified against what the
+        target produced after that call's context: ``history`` must extend it (else nothing is known)."""
+        rivals = self._rivals.pop(slot, None)
+        if rivals is None:
+            return
+        n_ctx, last, drafts = rivals
+        if not drafts or len(history) <= n_ctx or history[n_ctx] != last:
+            return
+        truth = list(history[n_ctx + 1 : n_ctx + 1 + sel.BIN_EDGES[-1]]) + [last_token]
+        for key, tokens in drafts:
+            n = min(len(tokens), len(truth))
+            m = 0
+            while m < n and tokens[m] == truth[m]:
+                m += 1
+            self._global.setdefault(key, sel.Counts()).update(n, m, sel.GLOBAL_DECAY)
+            self._slot.setdefault((slot, key), sel.Counts()).update(n, m, sel.SLOT_DECAY)
 
     def confidence(self, slot: int) -> list[float]:
         """Cumulative acceptance probabilities of the slot's current draft (``spec_select``), as
@@ -188,6 +232,9 @@ class DraftChain:
             probe.denied()
             self.stats[key[0]].n_skipped += 1
             self._last.pop(slot)
+            tokens = self._winner_draft.pop(slot, None)
+            if tokens is not None and slot in self._rivals:  # not verified: scored like a rival's
+                self._rivals[slot][2].append((key, list(tokens)))  # a copy: the step cuts the draft it got
         elif probe.due():
             probe.probing = True
 

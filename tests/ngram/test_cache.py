@@ -119,6 +119,27 @@ def test_drafter_learns_into_dynamic_at_next_begin():
     assert d.draft(1, [3, 3], 5, 1) == [6]
 
 
+def test_sources_say_which_cache_gave_each_token():
+    # 5 -> 6 from the context cache, then 6 -> 7 only in the dynamic one, then 7 -> 1 from static.
+    ctx, dyn, static = cache(([5], {6: 2})), cache(([6], {7: 4})), cache(([6, 7], {1: 2}))
+    sources = []
+    assert cache_draft([9, 5], 8, ctx, dyn, static, sources=sources) == [6, 7, 1]
+    assert sources == ["context", "dynamic", "static"]
+
+
+def test_drafter_tags_a_draft_by_the_cache_of_its_first_token():
+    # The chain learns this request's n-grams and earlier requests' apart (draft_tag).
+    d = NgramCacheDrafter()
+    d.begin(0, [5, 6, 5, 6, 5, 6, 5, 6, 9])
+    assert d.draft_tag(0) == ""
+    assert d.draft(0, [5, 6, 5, 6, 5, 6, 5, 6, 9], 5, 8)[:1] == [6]
+    assert d.draft_tag(0) == "context"
+    d.begin(0, [1])  # the dynamic cache learns request 1; slot 1 only knows it from there
+    d.begin(1, [3, 3])
+    assert d.draft(1, [3, 3], 5, 1) == [6] and d.draft_tag(1) == "dynamic"
+    assert d.draft(1, [3, 3, 5, 6], 8, 1) == [] and d.draft_tag(1) == ""
+
+
 def test_drafter_counts_stream_incrementally_and_honours_n_max():
     # history + [last] is counted once, across calls; n_max cuts the default 8.
     d = NgramCacheDrafter(NgramCacheConfig())

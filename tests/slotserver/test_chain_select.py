@@ -182,3 +182,110 @@ def test_a_request_risks_a_few_plain_steps_until_its_drafts_pay():
     chain.begin(0, [1])
     chain.draft(0, [1], 1, LIMITS)
     assert len(chain.confidence(0)) == first
+
+
+class Script:
+    """Proposes whatever the test sets in ``.next`` (the same every call until changed)."""
+
+    def __init__(self, tokens):
+        self.next = tokens
+
+    def begin(self, slot, prompt):
+        pass
+
+    def draft(self, slot, history, last_token, n_max):
+        return list(self.next)
+
+    def accept(self, slot, n_accepted, is_other):
+        pass
+
+
+class Follows:
+    """Drafts the next ``k`` tokens of a known output after the context (right, as far as it goes)."""
+
+    def __init__(self, output, k):
+        self.output, self.k = output, k
+
+    def begin(self, slot, prompt):
+        pass
+
+    def draft(self, slot, history, last_token, n_max):
+        n = len(history) + 1
+        return list(self.output[n : n + self.k])
+
+    def accept(self, slot, n_accepted, is_other):
+        pass
+
+
+def test_a_losing_drafter_learns_how_far_its_draft_would_have_been_accepted():
+    # ngram-mod's record makes it win every step with 2-token drafts; ngram-simple's 8-token
+    # drafts are just as right but it missed once, so it loses. The next step's context shows what
+    # came after each draft, so its estimate recovers without being verified, and it wins.
+    output = list(range(100, 300))
+    chain = DraftChain([("ngram-simple", Follows(output, 8)), ("ngram-mod", Follows(output, 2))],
+                       select="expected", profile=GEMMA)
+    chain.begin(0, output[:1])
+    chain._global[("ngram-simple", "")] = sel.Counts()
+    chain._global[("ngram-simple", "")].update(8, 0, 1.0)  # one early miss
+    chain._global[("ngram-mod", "")] = sel.Counts()
+    for _ in range(10):
+        chain._global[("ngram-mod", "")].update(2, 2, 1.0)
+    n, winners = 1, []
+    for _ in range(12):
+        draft = chain.draft(0, output[:n], output[n], LIMITS)
+        winners.append(chain.winner(0))
+        chain.selected(0, len(draft))
+        chain.accept(0, len(draft), len(draft))
+        n += 1 + len(draft)
+    assert winners[0] == "ngram-mod" and winners[-1] == "ngram-simple"
+    assert chain.stats["ngram-simple"].n_gen_drafts == winners.count("ngram-simple")  # verified drafts only
+
+
+def test_a_rivals_draft_is_scored_only_on_what_the_target_produced():
+    chain = DraftChain([("ngram-simple", Script([5, 9, 9])), ("ngram-mod", Script([5]))], select="expected",
+                       profile=GEMMA)
+    chain._global[("ngram-mod", "")] = sel.Counts()
+    for _ in range(10):
+        chain._global[("ngram-mod", "")].update(1, 1, 1.0)
+    chain.draft(0, [1, 2], 3, LIMITS)
+    assert chain.winner(0) == "ngram-mod"
+    chain.selected(0, 1)
+    chain.accept(0, 1, 1)
+    chain.draft(0, [1, 2, 3, 5], 6, LIMITS)  # the target produced 5, then 6: [5, 9, 9] right once, wrong once
+    c = chain._global[("ngram-simple", "")]
+    assert (c.tried[0], c.acc[0], c.tried[1], c.acc[1], c.tried[2]) == (1.0, 1.0, 1.0, 0.0, 0.0)
+    c2 = chain._slot[(0, ("ngram-simple", ""))]
+    assert (c2.tried[0], c2.acc[0]) == (1.0, 1.0)
+
+
+def test_nothing_is_scored_when_the_context_did_not_grow_from_the_drafted_one():
+    chain = DraftChain([("ngram-simple", Script([5, 6])), ("ngram-mod", Script([5]))], select="expected",
+                       profile=GEMMA)
+    chain._global[("ngram-mod", "")] = sel.Counts()
+    chain._global[("ngram-mod", "")].update(1, 1, 1.0)
+    chain._global[("ngram-mod", "")].update(1, 1, 1.0)
+    chain.draft(0, [1, 2], 3, LIMITS)
+    assert chain.winner(0) == "ngram-mod"
+    chain.accept(0, 1, 1)
+    chain.draft(0, [7, 7], 5, LIMITS)  # another context (a restart without begin): nothing known
+    assert ("ngram-simple", "") not in chain._global
+    chain.begin(0, [1])
+    chain.draft(0, [1, 2], 3, LIMITS)
+    chain.begin(0, [1, 2, 3])  # a new request: the last drafts are forgotten, not scored
+    chain.draft(0, [1, 2, 3, 5], 6, LIMITS)
+    assert ("ngram-simple", "") not in chain._global
+
+
+def test_a_winner_cut_to_nothing_is_scored_like_a_rival_a_verified_one_is_not_scored_twice():
+    chain = DraftChain([("ngram-mod", Script([5, 6, 7]))], select="expected", profile=GEMMA)
+    chain.begin(0, [1])
+    draft = chain.draft(0, [1, 2], 3, LIMITS)
+    chain.selected(0, 0)  # the step did not verify it...
+    draft.clear()  # ...and cuts the draft it was handed (as Drafting.select does)
+    chain.draft(0, [1, 2, 3], 5, LIMITS)  # the target sampled 5: right at position 0
+    c = chain._global[("ngram-mod", "")]
+    assert (c.tried[0], c.acc[0]) == (1.0, 1.0)
+    chain.selected(0, 3)
+    chain.accept(0, 3, 3)  # verified: accept() counts it
+    chain.draft(0, [1, 2, 3, 5, 5, 6, 7], 8, LIMITS)
+    assert c.tried[0] == pytest.approx(1.0 * sel.GLOBAL_DECAY + 1.0)  # once by accept, not again
