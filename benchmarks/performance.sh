@@ -23,6 +23,9 @@ ALL=${OUR_SPEC_TYPES//,/+}  # every drafter in one chain: the winner per step by
 # Ours, each on its own server: ngram-mod alone, suffix alone, the whole chain with expected-value
 # selection and with llama.cpp's precedence (--spec-select); space-separated, '+' joins types.
 OUR_CONFIGS=${OUR_CONFIGS:-ngram-mod suffix $ALL@expected $ALL@precedence}
+# A second server of ours without speculation (column none-2): two servers doing the same thing
+# differ by this much on this machine, so a speculative column within it of none is noise, not a loss.
+CONTROL=${CONTROL:-1}
 LLAMA_SPEC_TYPES="none ngram-mod ngram-simple ngram-map-k ngram-map-k4v"
 MARKDOWN=docs/benchmarks-performance.md
 
@@ -53,6 +56,13 @@ for model in $MODELS; do
   start "$log" python3 -m slotserver -m "$path" --port "$port" -np 4 -c 8192 --metrics --spec-oracle
   wait_healthy "$url" "$log"
   compares=()
+  if [[ $CONTROL == 1 ]]; then
+    port=$((port + 1))
+    start "/tmp/performance_${model}_slotserver_$port.log" python3 -m slotserver -m "$path" --port "$port" -np 4 \
+      -c 8192 --metrics --spec-type none
+    wait_healthy "http://127.0.0.1:$port" "/tmp/performance_${model}_slotserver_$port.log"
+    compares+=(--ours "none-2=http://127.0.0.1:$port")
+  fi
   for config in $OUR_CONFIGS; do
     port=$((port + 1))
     types=${config%@*}

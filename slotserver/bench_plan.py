@@ -43,8 +43,10 @@ class Config:
 
     @property
     def is_spec(self) -> bool:
-        """One of our speculative types: a candidate for "ours, best speculative type"."""
-        return self.kind in (OURS, OWN) and self.name != NONE
+        """One of our speculative types: a candidate for "ours, best speculative type". A server of
+        our own named ``none-...`` serves without speculation too: a noise control, whose ratio to
+        ``none`` is what two runs of the same thing differ by on this machine."""
+        return self.kind in (OURS, OWN) and self.name != NONE and not self.name.startswith(NONE + "-")
 
 
 class Visit(NamedTuple):

@@ -52,6 +52,8 @@ def test_our_servers_of_their_own_count_as_ours_and_get_no_speculative_fields():
         ("suffix@expected", OWN, "http://suffix"), ("llama-server:ngram-mod", COMPARE, LS)]
     assert [c.name for c in cs if c.is_spec] == ["ngram-mod", "suffix@expected"]
     assert all(c.is_ours for c in cs[:4]) and not cs[4].is_ours
+    control = parse_configs(URL, "none", [], ["none-2=http://none2"])[1]
+    assert control.kind == OWN and not control.is_spec  # a second server without speculation: noise
     body = request_body(cs[3], WORKLOADS[0])
     assert not [k for k in body if k.startswith("speculative.")] and body["prompt"] == WORKLOADS[0]["prompt"]
     with pytest.raises(ValueError, match="must differ"):
