@@ -125,8 +125,24 @@ def test_noise_spikes_are_capped_and_serving_refines_the_table():
     assert p.t_rows_s[0] == pytest.approx(0.02 + OBSERVE_WEIGHT * 0.02)
     p.observe(2, 0.03 + 1e-6 * 2000, depth_rows=2000)  # the depth term is taken out first
     assert p.t_rows_s[1] == pytest.approx(0.03)
-    p.observe(3, 1.0)  # not a measured row count: nothing to refine
     assert len(p.t_rows_s) == 2
+
+
+def test_row_counts_between_or_beyond_the_measured_ones_refine_their_neighbours():
+    from slotserver.verify_costs import OBSERVE_WEIGHT
+
+    p = VerifyProfile(rows=(1, 48, 64), t_rows_s=(0.02, 0.19, 0.25), t_seq_s=0, t_input_row_s=0, t_depth_row_s=0,
+                      depth=256)
+    p.observe(56, 1.2 * p.t_out(56))  # halfway: 20% slower moves 48 and 64 by half a step each
+    assert p.t_rows_s[0] == 0.02
+    assert p.t_rows_s[1] == pytest.approx(0.19 * (1 + OBSERVE_WEIGHT * 0.5 * 0.2))
+    assert p.t_rows_s[2] == pytest.approx(0.25 * (1 + OBSERVE_WEIGHT * 0.5 * 0.2))
+    before = p.t_rows_s
+    p.observe(65, 1.3 * p.t_out(65))  # a 64-token draft: beyond the table, the last row count follows
+    assert p.t_rows_s[:2] == before[:2] and p.t_rows_s[2] == pytest.approx(before[2] * (1 + OBSERVE_WEIGHT * 0.3))
+    for _ in range(200):  # a machine 30% slower at 65 rows: the 64-row time gets there
+        p.observe(65, 1.3 * 0.25 + 1.3 * (0.25 - 0.19) / 16)
+    assert p.t_out(65) == pytest.approx(1.3 * 0.25 + 1.3 * (0.25 - 0.19) / 16, rel=0.02)
 
 
 def test_a_profile_of_one_row_count_extrapolates_without_dividing_by_zero():
