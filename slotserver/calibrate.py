@@ -62,6 +62,19 @@ def time_decode(engine: Engine, n_rows: int, n_seq: int, repeats: int, depth: in
     return min(times[1:])
 
 
+def warm_up(engine: Engine, n_rows: int) -> float:
+    """One decode of ``n_rows`` output rows, then the sequence is emptied again: what a cached
+    profile skips at start-up. The first decode with that many output rows touches the output and
+    compute buffers' pages for the first time (Gemma: about 1 MiB of logits per row); without this the
+    server's first long verify pays for it, inside a request. Seconds it took."""
+    token = engine.vocab.bos if engine.vocab.bos >= 0 else 0
+    n_rows = max(1, min(n_rows, engine.config.n_batch, engine.n_ctx_slot - 1))
+    t0 = time.perf_counter()
+    engine.decode(BatchPlan([BatchEntry(0, 0, [token] * n_rows, True)]))
+    engine.remove(0, 0)
+    return time.perf_counter() - t0
+
+
 def measure(engine: Engine, progress=log.info) -> VerifyProfile:
     """The profile of ``engine``'s model and context. Needs an empty KV cache; leaves it empty."""
     room = min(engine.config.n_batch, engine.n_ctx_slot - DEPTH - 2)
@@ -139,7 +152,9 @@ def load_or_measure(engine: Engine, directory: Path | None, *, force: bool = Fal
         try:
             data = json.loads(path.read_text())
             if data.get("key") == key:
-                return VerifyProfile.from_dict(data["profile"]), f"cached {path}"
+                profile = VerifyProfile.from_dict(data["profile"])
+                t = warm_up(engine, profile.rows[-1] + 1)  # the longest verify: a draft of the last row count
+                return profile, f"cached {path}; warm-up decode of {profile.rows[-1] + 1} rows {t * 1e3:.0f} ms"
         except (OSError, ValueError, KeyError, TypeError):
             log.warning("verify-cost profile %s is unreadable; measuring again", path)
     log.info("measuring the verify-cost profile of this model on this machine (a few seconds, cached after)")

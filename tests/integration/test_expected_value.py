@@ -12,6 +12,7 @@ import pytest
 from slotserver.calibrate import load_or_measure
 from slotserver.engine import Engine, EngineConfig
 from slotserver.models import default_model_path
+from slotserver.scheduler import BatchEntry, BatchPlan
 from tests.conftest import LiveServer, greedy_request, load_workloads
 from tests.integration.ties import TIE_PROBS, check_same_or_tie
 from tests.metrics.promtext import parse, value
@@ -71,7 +72,8 @@ def test_calibrate_command_writes_the_profile_the_server_reads(tmp_path):
     assert len(list(tmp_path.glob("verify-profile-*.json"))) == 1
     engine = Engine(EngineConfig(model_path=default_model_path(), n_ctx=2048, n_parallel=1, n_batch=512))
     try:
-        _, source = load_or_measure(engine, tmp_path)
+        _, source = load_or_measure(engine, tmp_path)  # a cached profile: a warm-up decode instead of measuring
+        engine.decode(BatchPlan([BatchEntry(0, 0, [2, 3], True)]))  # ...which left the sequence empty
     finally:
         engine.close()
     assert source.startswith("cached ")
