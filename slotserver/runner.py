@@ -7,7 +7,8 @@ Threads and what each owns:
   events into the jobs' ``events`` queues and owns ``n_in_flight`` (jobs submitted whose final
   event is not delivered yet) and ``all_done``. It mutates nothing else here; metrics, ``/slots``
   and ``/props`` only read plain attributes.
-- **Engine thread** (the single worker of ``_executor``): owns ``waiting``, ``slots``, the draft
+- **Engine thread** (the single worker of ``_executor``, ``engine_thread()``; the server creates
+  it before loading the model, so loading, calibrating and serving all run on it): owns ``waiting``, ``slots``, the draft
   chain and its drafters, the engine (llama context, batch, samplers), ``stats``, persistence, and
   every job from its submit to its final event. A step drains the inbox first, then ends jobs past their
   deadline, admits (only what the shared KV cache can hold), then plan -> draft -> decode -> apply.
@@ -48,6 +49,17 @@ from slotserver.stats import ServerStats
 
 log = logging.getLogger(__name__)
 
+
+def engine_thread() -> ThreadPoolExecutor:
+    """The single worker every llama.cpp decode of a server runs on. llama.cpp's CPU backend
+    (built with OpenMP here) keeps a team of worker threads per calling thread: while two threads
+    that decoded are alive, every decode on either takes 60% longer (Gemma 3, one row, 2 cores:
+    33.4-33.9 ms against 21.0, ``benchmarks/decode_threads.py``). The verify-cost calibration used to
+    run in a worker of the default executor, which stays alive, so a server that measured its
+    profile at start served at that speed until restarted (``tests/integration/test_engine_thread.py``)."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
+
+
 KV_FULL = 1  # llama_decode: no KV slot for the batch (the context is unchanged)
 SUBMIT, CANCEL = "submit", "cancel"
 
@@ -58,6 +70,7 @@ class Runner:
         stats: ServerStats | None = None, persistence: Persistence | None = None,
         on_fatal: Callable[[str], None] | None = None, limits: LimitsConfig = LimitsConfig(),
         chains: ChainSet | None = None, context_shift: bool = False, model_drafter: ModelDrafter | None = None,
+        executor: ThreadPoolExecutor | None = None,
     ) -> None:
         self.engine = engine
         self.model_drafter = model_drafter  # the draft model, if configured (engine thread only)
@@ -77,7 +90,8 @@ class Runner:
         self.context_shift = context_shift and engine.can_shift
         self.apply = Applier(engine, self.stats, self.lifecycle, context_shift=self.context_shift)
         self._inbox: queue.SimpleQueue[tuple[str, Job]] = queue.SimpleQueue()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
+        # The engine thread: the one OS thread that ever calls into llama.cpp's compute (``engine_thread``).
+        self._executor = executor or engine_thread()
         self._wake = asyncio.Event()
         self._step_out: Outbox = []  # the running step's events (engine thread while it runs)
         self.n_in_flight = 0  # event loop only

@@ -29,7 +29,7 @@ from slotserver.engine import Engine, EngineConfig
 from slotserver.fingerprint import vocab_info
 from slotserver.model_drafter import ModelDrafter, calibrate
 from slotserver.persist import Persistence
-from slotserver.runner import Runner
+from slotserver.runner import Runner, engine_thread
 from slotserver.service import CompletionService
 from slotserver.stats import ServerStats
 from slotserver.verify_costs import VerifyProfile
@@ -50,14 +50,17 @@ def _engine_ctx(on_fatal: Callable[[str], None]):
         persistence = Persistence(config.spec, chain, stats, lambda: vocab_info(config.engine.model_path))
         await loop.run_in_executor(None, persistence.load)  # StartupFileError: the server does not start
 
+        # Loading, calibrating and serving all decode on this one thread (runner.engine_thread).
+        thread = engine_thread()
+
         async def load_and_run() -> None:
             try:
-                engine = await loop.run_in_executor(None, Engine, config.engine)
+                engine = await loop.run_in_executor(thread, Engine, config.engine)
                 if chain.types:
-                    chain.profile = await loop.run_in_executor(None, _load_profile, config, engine)
+                    chain.profile = await loop.run_in_executor(thread, _load_profile, config, engine)
                 model_drafter = None
                 if config.spec.uses_draft_model:
-                    model_drafter = await loop.run_in_executor(None, _load_draft_model, config, engine,
+                    model_drafter = await loop.run_in_executor(thread, _load_draft_model, config, engine,
                                                                chain.profile)
             except Exception as exc:
                 state.load_error = f"could not load the model: {exc}"
@@ -68,7 +71,8 @@ def _engine_ctx(on_fatal: Callable[[str], None]):
             chains = ChainSet(chain, scope=config.spec_learning, spec=config.spec)
             runner = Runner(engine, chain, n_parallel=config.engine.n_parallel, cache_prompt=config.cache_prompt,
                             stats=stats, persistence=persistence, on_fatal=on_fatal, limits=config.limits,
-                            chains=chains, context_shift=config.context_shift, model_drafter=model_drafter)
+                            chains=chains, context_shift=config.context_shift, model_drafter=model_drafter,
+                            executor=thread)
             state.runner, state.service = runner, CompletionService(config, runner)
             log.info("model loaded: %s, n_ctx %d (%d per slot%s), %d slots, speculation: %s",
                      engine.description, engine.n_ctx, engine.n_ctx_slot,
@@ -88,6 +92,7 @@ def _engine_ctx(on_fatal: Callable[[str], None]):
             state.runner.engine.close()
             if state.runner.model_drafter is not None:
                 state.runner.model_drafter.engine.close()
+        thread.shutdown(wait=True)  # the runner's close did if it ran; a failed load left it to us
         persistence.close()  # stops the writer thread
 
     return engine_ctx
