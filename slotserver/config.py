@@ -40,7 +40,7 @@ class SpecConfig:
     ignore_bad_files: bool = False  # start with empty structures when a file cannot be read
     save_interval_s: float = 300.0  # how often learned structures are saved (and at shutdown)
     draft: DraftModelConfig = field(default_factory=DraftModelConfig)  # the draft model (draft-simple)
-    select: str = "precedence"  # --spec-select: which drafter's draft wins a step (chain.py)
+    select: str = "expected"  # --spec-select: which drafter's draft wins a step (chain.py)
     profile_dir: str = ""  # --spec-profile-dir: where verify-cost profiles are cached ("" = the user's cache)
     recalibrate: bool = False  # --spec-recalibrate: measure the profile even if one is cached
     oracle: bool = False  # --spec-oracle (benchmarks only): requests may carry speculative.oracle

@@ -124,10 +124,11 @@ def _own_args(g) -> None:
 
 def _selection_args(g) -> None:
     """slotserver's own: what a draft is worth here (docs/drafters.md#expected-value-drafting)."""
-    g.add_argument("--spec-select", default="precedence", choices=SELECT_MODES,
-                   help="slotserver: which drafter's draft a step verifies: llama-server's fixed order (precedence, "
-                        "measured the faster here) or the one with the most expected tokens per second under the "
-                        "measured verify costs (expected); either way only as many draft tokens as pay are verified")
+    g.add_argument("--spec-select", default="expected", choices=SELECT_MODES,
+                   help="slotserver: which drafter's draft a step verifies: the one with the most expected tokens "
+                        "per second under the measured verify costs (expected, measured the faster here) or "
+                        "llama-server's fixed order (precedence); either way only as many draft tokens as pay are "
+                        "verified")
     g.add_argument("--spec-profile-dir", default="", metavar="DIR",
                    help="slotserver: where the measured verify-cost profile is cached, per model file, threads "
                         "and batch sizes (default: $XDG_CACHE_HOME/slotserver or ~/.cache/slotserver)")

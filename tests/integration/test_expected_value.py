@@ -31,7 +31,7 @@ async def test_profile_is_shown_in_props_and_metrics(oracle_server):
     await oracle_server.complete(**greedy_request(WORKLOADS["repeat"], "ngram-mod"))
     status, props = await oracle_server.get("/props")  # serving refines the profile: read both after it
     spec = props["speculative"]
-    assert status == 200 and spec["select"] == "precedence"  # the default: measured the faster
+    assert status == 200 and spec["select"] == "expected"  # the default: measured the faster
     profile = spec["verify_profile"]
     assert profile["rows_ms"]["1"] > 0 and profile["ceiling"]["rows"] >= 1
     async with oracle_server.http.get(oracle_server.url + "/metrics") as resp:
