@@ -35,6 +35,7 @@ from ngram.suffix import SuffixConfig  # noqa: E402
 from slotserver.bench import load_workloads  # noqa: E402
 from slotserver.chain import DraftChain, DraftLimits  # noqa: E402
 from slotserver.config import SpecConfig  # noqa: E402
+from slotserver.scheduler import common_prefix  # noqa: E402
 from slotserver.spec_select import Offer, choose  # noqa: E402
 from slotserver.verify_costs import VerifyProfile  # noqa: E402
 
@@ -72,9 +73,7 @@ def replay(chain: DraftChain, profile: VerifyProfile, prompt: list[int], out: li
             chain.selected(0, n)
             del draft[n:]
         truth = out[i + 1 :]
-        acc = 0
-        while acc < len(draft) and draft[acc] == truth[acc]:
-            acc += 1
+        acc = common_prefix(draft, truth)
         t += profile.step(1 + len(draft))
         if draft:
             log.append(f"{chain.winner(0)}:{acc}/{len(draft)}")

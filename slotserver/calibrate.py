@@ -38,12 +38,17 @@ def repeats_for(n_rows: int) -> int:
     return 4 if n_rows <= 8 else 2
 
 
+def filler(engine: Engine) -> int:
+    """The token the timed decodes repeat (BOS, or 0 without one): what it is does not change the cost."""
+    return engine.vocab.bos if engine.vocab.bos >= 0 else 0
+
+
 def time_decode(engine: Engine, n_rows: int, n_seq: int, repeats: int, depth: int, seq0: int = 0) -> float:
     """Seconds of one decode of ``n_rows`` output rows in each of ``n_seq`` sequences (ids from
     ``seq0``) after ``depth`` cached tokens each: the fastest of ``repeats`` runs after a warm-up, since
     whatever else runs on the machine only ever adds time (one busy moment made a 32-row decode
     cost 1.2 s instead of 0.2 s). Leaves the sequences empty."""
-    token = engine.vocab.bos if engine.vocab.bos >= 0 else 0
+    token = filler(engine)
     seqs = range(seq0, seq0 + n_seq)
     room = min(engine.n_ctx // n_seq, engine.n_ctx_slot)  # cells per sequence (a slot's stream without -kvu)
     depth = max(0, min(depth, room - n_rows - 1, engine.config.n_batch // n_seq))
@@ -67,7 +72,7 @@ def warm_up(engine: Engine, n_rows: int) -> float:
     profile skips at start-up. The first decode with that many output rows touches the output and
     compute buffers' pages for the first time (Gemma: about 1 MiB of logits per row); without this the
     server's first long verify pays for it, inside a request. Seconds it took."""
-    token = engine.vocab.bos if engine.vocab.bos >= 0 else 0
+    token = filler(engine)
     n_rows = max(1, min(n_rows, engine.config.n_batch, engine.n_ctx_slot - 1))
     t0 = time.perf_counter()
     engine.decode(BatchPlan([BatchEntry(0, 0, [token] * n_rows, True)]))
@@ -105,7 +110,7 @@ def _depth_terms(engine: Engine, t_rows: dict[int, float]) -> tuple[float, float
     deep = min(DEEP, engine.n_ctx_slot - n_rows - 2, engine.config.n_batch)
     if deep <= DEPTH:
         return 0.0, 0.0
-    token = engine.vocab.bos if engine.vocab.bos >= 0 else 0
+    token = filler(engine)
     t0 = time.perf_counter()
     engine.decode(BatchPlan([BatchEntry(0, 0, [token] * deep, False)]))
     t_input = (time.perf_counter() - t0) / deep

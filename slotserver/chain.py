@@ -32,11 +32,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, NamedTuple, Sequence
 
 from ngram.protocol import Drafter
 from slotserver import spec_select as sel
 from slotserver.drafter_types import BY_NAME, DRAFT_MODEL, RANK
+from slotserver.scheduler import common_prefix
 from slotserver.stats import DrafterStats
 from slotserver.verify_costs import VerifyProfile
 
@@ -45,6 +46,16 @@ if TYPE_CHECKING:  # annotations only: the chain stays importable without llama.
 
 SELECT_MODES = ("precedence", "expected")
 Key = tuple[str, str]  # (drafter type name, the drafter's tag for that kind of draft)
+
+
+class _Unverified(NamedTuple):
+    """A slot's last draft call (``_learn_rivals``): the context it followed (length, last token),
+    the drafts nothing will verify, and the winner's tokens (scored too if the step cuts it to nothing)."""
+
+    n_ctx: int
+    last: int
+    drafts: list[tuple[Key, list[int]]]
+    winner: list[int]
 
 
 @dataclass(slots=True)
@@ -86,10 +97,8 @@ class DraftChain:
         self._slot: dict[tuple[int, Key], sel.Counts] = {}  # a slot's acceptance, this request
         self._probe: dict[tuple[int, Key], sel.Probe] = {}
         self._saved: dict[int, float] = {}  # slot -> seconds its verified drafts saved, this request
-        # slot -> the context its last drafts followed (length, last token) and the drafts no
-        # verification will score, until the next draft() call shows what came after (_learn_rivals)
-        self._rivals: dict[int, tuple[int, int, list[tuple[Key, list[int]]]]] = {}
-        self._winner_draft: dict[int, list[int]] = {}  # slot -> its current draft's tokens (scored if cut to nothing)
+        # slot -> its last draft call's unverified drafts, until the next call shows what came after
+        self._rivals: dict[int, _Unverified] = {}
 
     @classmethod
     def from_spec(cls, spec: SpecConfig, *, stats: dict[str, DrafterStats] | None = None,
@@ -105,7 +114,6 @@ class DraftChain:
         self._last.pop(slot, None)
         self._saved.pop(slot, None)
         self._rivals.pop(slot, None)
-        self._winner_draft.pop(slot, None)
         for key in [k for k in self._slot if k[0] == slot]:
             del self._slot[key]
             self._probe.pop(key, None)
@@ -123,7 +131,6 @@ class DraftChain:
         that learn whole requests (``finish``, optional in the protocol) learn it now."""
         self._last.pop(slot, None)
         self._rivals.pop(slot, None)
-        self._winner_draft.pop(slot, None)
         for _, d in self.drafters:
             if hasattr(d, "finish"):
                 d.finish(slot, history)
@@ -131,7 +138,6 @@ class DraftChain:
     def draft(self, slot: int, history: Sequence[int], last_token: int, limits: DraftLimits) -> list[int]:
         """The slot's draft this step from its drafters (the draft model aside), ``[]`` for none."""
         self._last.pop(slot, None)
-        self._winner_draft.pop(slot, None)
         self._learn_rivals(slot, history, last_token)
         if limits.n_max <= 0:
             return []
@@ -166,8 +172,8 @@ class DraftChain:
             return []
         self._last[slot] = (best[1], len(best[2]), best[3])
         if expected:
-            self._rivals[slot] = (len(history), last_token, [o for o in offered if o[1] is not best[2]])
-            self._winner_draft[slot] = best[2]
+            self._rivals[slot] = _Unverified(len(history), last_token, [o for o in offered if o[1] is not best[2]],
+                                             best[2])
         return best[2]
 
     def _learn_rivals(self, slot: int, history: Sequence[int], last_token: int) -> None:
@@ -176,15 +182,12 @@ class DraftChain:
         rivals = self._rivals.pop(slot, None)
         if rivals is None:
             return
-        n_ctx, last, drafts = rivals
+        n_ctx, last, drafts = rivals.n_ctx, rivals.last, rivals.drafts
         if not drafts or len(history) <= n_ctx or history[n_ctx] != last:
             return
         truth = list(history[n_ctx + 1 : n_ctx + 1 + sel.BIN_EDGES[-1]]) + [last_token]
         for key, tokens in drafts:
-            n = min(len(tokens), len(truth))
-            m = 0
-            while m < n and tokens[m] == truth[m]:
-                m += 1
+            n, m = min(len(tokens), len(truth)), common_prefix(tokens, truth)
             self._global.setdefault(key, sel.Counts()).update(n, m, sel.GLOBAL_DECAY)
             self._slot.setdefault((slot, key), sel.Counts()).update(n, m, sel.SLOT_DECAY)
 
@@ -232,9 +235,9 @@ class DraftChain:
             probe.denied()
             self.stats[key[0]].n_skipped += 1
             self._last.pop(slot)
-            tokens = self._winner_draft.pop(slot, None)
-            if tokens is not None and slot in self._rivals:  # not verified: scored like a rival's
-                self._rivals[slot][2].append((key, list(tokens)))  # a copy: the step cuts the draft it got
+            rivals = self._rivals.get(slot)
+            if rivals is not None:  # not verified: scored like a rival's
+                rivals.drafts.append((key, list(rivals.winner)))  # a copy: the step cuts the draft it got
         elif probe.due():
             probe.probing = True
 

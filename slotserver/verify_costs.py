@@ -69,9 +69,9 @@ class VerifyProfile:
         predicted = self.t_out(n_rows)
         if t <= 0 or predicted <= 0:
             return
-        rows = self.rows
-        i = bisect.bisect_left(rows, max(n_rows, 1))
-        if i < len(rows) and rows[i] == max(n_rows, 1):
+        rows, n_rows = self.rows, max(n_rows, 1)
+        i = bisect.bisect_left(rows, n_rows)
+        if i < len(rows) and rows[i] == n_rows:
             shares = [(i, 1.0)]
         elif i == len(rows):
             shares = [(i - 1, 1.0)]
