@@ -78,4 +78,9 @@ class ShortMatchIndex:
         draft = [int(t) for t in history[start : start + n_max]]
         if start + n_max > size:
             draft.append(int(last_token))
+            # The text repeats with period size + 1 - start: keep copying at that distance
+            # (an overlapping copy, as LZ77's), so one period seen gives a draft of any length.
+            period = len(draft)
+            while len(draft) < n_max:
+                draft.append(draft[len(draft) - period])
         return draft

@@ -103,7 +103,8 @@ class RefMap:
 
 def short_match_draft(history, last, n, n_max):
     """The cold fallback of ngram-mod: what followed the latest earlier occurrence of the last n
-    tokens of history + [last], up to n_max tokens (a backward scan)."""
+    tokens of history + [last], up to n_max tokens (a backward scan). A copy that reaches the end
+    of the text goes on copying what it has drafted (the text repeats at that distance)."""
     seq = list(history) + [last]
     size = len(seq)
     if n_max <= 0 or size <= n:
@@ -111,5 +112,9 @@ def short_match_draft(history, last, n, n_max):
     suffix = seq[size - n :]
     for j in range(size - n - 1, -1, -1):
         if seq[j : j + n] == suffix:
-            return seq[j + n : j + n + n_max]
+            src = j + n
+            while len(seq) < size + n_max:
+                seq.append(seq[src])
+                src += 1
+            return seq[size:]
     return []

@@ -119,7 +119,7 @@ def test_cold_draft_when_the_pool_chain_is_too_short():
     # followed by 7: the cold draft runs on into the repeat and is cut by the config's n_max (4).
     d = mod(n_min=3, n_match_cold=2)
     d.begin(0, PROMPT)
-    assert d.draft(0, [14, 15, 7, 8, 14], 15, 8) == [7, 8, 14, 15]
+    assert d.draft(0, [14, 15, 7, 8, 14], 15, 8) == [7, 8, 14, 15]  # capped by the drafter's n_max
     assert d.draft_tag(0) == TAG_COLD
     assert d.draft(0, [14, 15, 7, 8, 14], 15, 2) == [7, 8]  # and by the caller's
     assert d.draft(0, [14, 15, 7, 8, 14, 15, 7], 3, 8) == [] and d.draft_tag(0) == ""
@@ -130,7 +130,7 @@ def test_cold_draft_on_an_empty_pool_from_the_prompt():
     d = mod(n_match=24, n_min=48, n_max=64, n_match_cold=3)
     prompt = [1, 2, 3, 4, 5, 6, 1, 2]
     d.begin(0, prompt)
-    assert d.draft(0, prompt, 3, 16) == [4, 5, 6, 1, 2, 3]
+    assert d.draft(0, prompt, 3, 16) == [4, 5, 6, 1, 2, 3] * 2 + [4, 5, 6, 1]  # period 6, copied on
     assert d.draft_tag(0) == TAG_COLD
 
 

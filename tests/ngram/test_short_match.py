@@ -17,15 +17,16 @@ AMORTISED_BUDGET_S = 1e-3
 def test_hand_written_repeats():
     idx = ShortMatchIndex(2)
     # The latest earlier [1, 2] wins (at 4, not 0); its continuation is capped by n_max.
-    assert idx.draft([1, 2, 7, 8, 1, 2, 9, 5, 1], 2, 8) == [9, 5, 1, 2]
+    # A continuation that reaches the end of the text copies on at the same distance (period 4).
+    assert idx.draft([1, 2, 7, 8, 1, 2, 9, 5, 1], 2, 8) == [9, 5, 1, 2, 9, 5, 1, 2]
     assert idx.draft([1, 2, 7, 8, 1, 2, 9, 5, 1], 2, 1) == [9]
     # Overlapping occurrence: in [5, 5, 5] + [5] the suffix [5, 5] last occurred at 1, followed by
-    # the last token itself (the continuation runs into the suffix and ends with it).
-    assert ShortMatchIndex(2).draft([5, 5, 5], 5, 8) == [5]
+    # the last token itself (the continuation runs into the suffix and ends with it), then on.
+    assert ShortMatchIndex(2).draft([5, 5, 5], 5, 8) == [5] * 8
     # The suffix never matches itself; too short a history gives nothing.
     assert ShortMatchIndex(2).draft([1, 2, 3], 4, 8) == []
     assert ShortMatchIndex(3).draft([1, 2], 1, 8) == []
-    assert ShortMatchIndex(1).draft([4, 6], 4, 8) == [6, 4]
+    assert ShortMatchIndex(1).draft([4, 6], 4, 8) == [6, 4] * 4
     assert ShortMatchIndex(2).draft([1, 2, 1], 2, 0) == []
 
 
@@ -64,7 +65,7 @@ def test_rebuild_forgets_the_old_history():
 def test_a_history_replaced_without_rebuild_is_caught_by_its_first_or_last_token():
     idx = ShortMatchIndex(2)
     # Each time a stale index would still know the suffix (and draft what followed it there).
-    assert idx.draft([1, 2, 3, 1], 2, 4) == [3, 1, 2]
+    assert idx.draft([1, 2, 3, 1], 2, 4) == [3, 1, 2, 3]
     assert idx.draft([9, 9, 9, 9, 1], 2, 4) == []  # longer, other first token: [1, 2] is gone
     assert idx.draft([9, 5, 1, 8, 9], 1, 4) == []  # same length, other last token: [9, 1] is gone
 
