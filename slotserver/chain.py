@@ -143,6 +143,7 @@ class DraftChain:
             return []
         expected = (limits.select or self.select) == "expected" and self.profile is not None
         best: tuple[float, Key, list[int], list[float] | None] | None = None
+        saved = self._saved.get(slot, 0.0)  # drafts compete as far as the slot may risk verifying them
         offered: list[tuple[Key, list[int]]] = []
         for name, d in self.drafters:
             if limits.types is not None and name not in limits.types:
@@ -164,7 +165,7 @@ class DraftChain:
             if not expected:
                 best = (0.0, key, tokens, hint)
                 break
-            rate = sel.best_rate(self._q(slot, key, len(tokens), hint), self.profile)
+            rate = sel.best_rate(self._q(slot, key, sel.risk_cap(self.profile, saved, len(tokens)), hint), self.profile)
             offered.append((key, tokens))
             if best is None or rate > best[0]:
                 best = (rate, key, tokens, hint)
@@ -276,7 +277,7 @@ class DraftChain:
         st.n_gen_tokens += n_verified
         self._global.setdefault(key, sel.Counts()).update(n_verified, n_accepted, sel.GLOBAL_DECAY)
         self._slot.setdefault((slot, key), sel.Counts()).update(n_verified, n_accepted, sel.SLOT_DECAY)
-        self._probe.setdefault((slot, key), sel.Probe()).verified(n_verified, n_accepted)
+        self._probe.setdefault((slot, key), sel.Probe()).verified(n_verified, n_accepted, sel.probe_rows(self.profile))
         if self.profile is not None:
             self._saved[slot] = self._saved.get(slot, 0.0) + sel.saved_s(self.profile, n_verified, n_accepted)
         t0 = time.perf_counter()

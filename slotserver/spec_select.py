@@ -154,9 +154,11 @@ class Probe:
     def denied(self) -> None:
         self.n_denied += 1
 
-    def verified(self, n_verified: int, n_accepted: int) -> None:
+    def verified(self, n_verified: int, n_accepted: int, rows: int = PROBE_ROWS) -> None:
+        """``rows``: the probe's length (``probe_rows`` of the profile); a probe that verified more
+        (its estimates allowed it) succeeds once that many were accepted."""
         if self.probing:
-            ok = n_accepted >= min(n_verified, PROBE_ROWS)
+            ok = n_accepted >= min(n_verified, rows)
             self.next_at = PROBE_MIN if ok else min(2 * self.next_at, PROBE_MAX)
         self.n_denied, self.probing = 0, False
 

@@ -289,3 +289,32 @@ def test_a_winner_cut_to_nothing_is_scored_like_a_rival_a_verified_one_is_not_sc
     chain.accept(0, 3, 3)  # verified: accept() counts it
     chain.draft(0, [1, 2, 3, 5, 5, 6, 7], 8, LIMITS)
     assert c.tried[0] == pytest.approx(1.0 * sel.GLOBAL_DECAY + 1.0)  # once by accept, not again
+
+
+def test_drafters_compete_on_what_the_slot_may_risk_verifying():
+    """A slot whose drafts cost more than they saved may risk only a probe's length, so a long
+    draft that would be cut to that length is worth no more than a short one: the tie goes by
+    precedence, not to the draft whose uncut length looked better."""
+    short = Estimating([7], "", [1.0])
+    long = Estimating(list(range(100, 112)), "", [1.0] * 12)
+    chain = DraftChain([("suffix", long), ("ngram-simple", short)], select="expected", profile=GEMMA)
+    chain.begin(0, [1])
+    assert chain.draft(0, [1], 1, DraftLimits(n_max=64)) == long.tokens  # nothing lost yet: the long one
+    chain._saved[0] = sel.saved_s(GEMMA, 18, 0)  # a first draft of 18 rejected at once
+    assert sel.risk_cap(GEMMA, chain._saved[0], 12) == 1
+    assert chain.draft(0, [1], 1, DraftLimits(n_max=64)) == short.tokens
+    assert len(chain.confidence(0)) == 1
+
+
+def test_a_probe_that_verified_more_than_its_length_succeeds_on_its_length():
+    chain = DraftChain([("ngram-mod", Fixed([4] * 8))], profile=GEMMA)
+    chain.begin(0, [1])
+    for _ in range(4):
+        run(chain, 0, lambda n: 0)
+    for _ in range(sel.PROBE_MIN):
+        chain.draft(0, [1], 1, LIMITS)
+        chain.selected(0, 0)
+    chain.draft(0, [1], 1, LIMITS)
+    chain.selected(0, 4)
+    chain.accept(0, 4, sel.probe_rows(GEMMA))  # the probe's own rows accepted, the rest not
+    assert chain._probe[(0, ("ngram-mod", ""))].next_at == sel.PROBE_MIN

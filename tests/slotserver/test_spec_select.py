@@ -219,3 +219,14 @@ def test_a_probe_verifies_what_costs_at_most_half_a_plain_step_more():
     flat = measured((10.0, 10.0, 10.0, 10.0, 10.0))  # rows cost nothing more: the longest probe
     assert sel.probe_rows(flat) == sel.PROBE_ROWS == sel.probe_rows(None)
     assert sel.probe_rows(measured((10.0, 100.0, 100.0, 100.0, 100.0))) == 1  # never fewer than one token
+
+
+def test_a_probe_is_judged_by_its_own_length():
+    """A probe that verified more tokens than its length (its estimates allowed more) succeeds
+    once its length was accepted: on SmolLM2 a probe is one token, not PROBE_ROWS."""
+    pr = sel.Probe(n_denied=sel.PROBE_MIN, probing=True)
+    pr.verified(3, 1, rows=1)
+    assert pr.next_at == sel.PROBE_MIN
+    pr = sel.Probe(n_denied=sel.PROBE_MIN, probing=True)
+    pr.verified(3, 0, rows=1)
+    assert pr.next_at == 2 * sel.PROBE_MIN
