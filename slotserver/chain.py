@@ -96,7 +96,8 @@ class DraftChain:
         self._global: dict[Key, sel.Counts] = {}  # drafter-wide acceptance
         self._slot: dict[tuple[int, Key], sel.Counts] = {}  # a slot's acceptance, this request
         self._probe: dict[tuple[int, Key], sel.Probe] = {}
-        self._saved: dict[int, float] = {}  # slot -> seconds its verified drafts saved, this request
+        # slot -> seconds its verified drafts saved this request, plus RISK_SHARE of a plain step a step
+        self._saved: dict[int, float] = {}
         # slot -> its last draft call's unverified drafts, until the next call shows what came after
         self._rivals: dict[int, _Unverified] = {}
 
@@ -141,6 +142,8 @@ class DraftChain:
         self._learn_rivals(slot, history, last_token)
         if limits.n_max <= 0:
             return []
+        if self.profile is not None:  # each step of the slot's widens what it may risk (RISK_SHARE)
+            self._saved[slot] = self._saved.get(slot, 0.0) + sel.RISK_SHARE * self.profile.step(1)
         expected = (limits.select or self.select) == "expected" and self.profile is not None
         best: tuple[float, Key, list[int], list[float] | None] | None = None
         saved = self._saved.get(slot, 0.0)  # drafts compete as far as the slot may risk verifying them

@@ -30,7 +30,11 @@ one: on SmolLM2 a warm `repeat` or `humaneval0` had 64-row first drafts from a p
 the same prompt had filled (greedy output flips at near-ties between runs), each rejected early and
 costing 14 plain steps; those requests ran at 0.7-0.9x no speculation. So a slot's draft never
 risks more than ``RISK_STEPS`` plain steps plus what its verified drafts of this request have saved
-so far (``saved_s``, by the profile). On this machine's profiles a request's first draft is
+so far (``saved_s``, by the profile), plus ``RISK_SHARE`` of a plain step for every step the slot
+has taken: a request loses at most a few plain steps and 5% of its time, and a request whose first
+drafts failed may draft again later in its answer (Gemma's `free`: four short drafts rejected in its
+first 80 tokens spent the budget, and the 64-token repeats from token 90 on were never verified:
+0.97x no speculation with the whole chain, 1.80x with ngram-mod alone, in the offline replay). On this machine's profiles a request's first draft is
 verified for at most 22 rows (SmolLM2) or 50 (Gemma 3), every later one for 64 once the first was
 accepted, and for a probe's length (``probe_rows``) after a miss until drafts pay again. A request then loses at most
 a few plain steps to drafts that never pay, whatever the estimates said.
@@ -67,6 +71,7 @@ PROBE_MAX = 256
 PROBE_ROWS = 4  # the most tokens a probe verifies (and the fewest the risk cap allows)
 PROBE_COST = 0.5  # plain steps a probe may cost beyond the plain step it rides on
 RISK_STEPS = 8.0  # plain one-row steps a slot's draft may risk before its drafts have paid for more
+RISK_SHARE = 0.05  # and this share of a plain step more for every step the slot has taken
 
 
 def bin_of(pos: int) -> int:
@@ -184,10 +189,21 @@ def _most_tokens(profile: VerifyProfile, k: int, n: int, extra_s: float) -> int:
 
 def probe_rows(profile: VerifyProfile | None) -> int:
     """Draft tokens a probe verifies: the most, up to ``PROBE_ROWS``, whose step costs at most
-    ``PROBE_COST`` plain steps more than a plain step; at least 1. Without a profile, ``PROBE_ROWS``."""
+    ``PROBE_COST`` plain steps more than a plain step, and never fewer than the fewest with which a
+    draft that is all accepted beats a plain step (else no probe would ever be verified). Without
+    a profile, ``PROBE_ROWS``."""
     if profile is None:
         return PROBE_ROWS
-    return _most_tokens(profile, 1, PROBE_ROWS, PROBE_COST * profile.step(1))
+    return _most_tokens(profile, min_paying(profile), PROBE_ROWS, PROBE_COST * profile.step(1))
+
+
+def min_paying(profile: VerifyProfile) -> int:
+    """The fewest draft tokens (up to ``PROBE_ROWS``) whose step, all of them accepted, yields more
+    tokens per second than a plain step; 1 if none does (probes would never pay). Where a second row
+    costs a whole plain step (Gemma 3 with weight repacking: 11.0 ms for one row, 22.7 for two) that
+    is 2, not 1."""
+    t1 = profile.step(1)
+    return next((k for k in range(1, PROBE_ROWS + 1) if (1 + k) / profile.step(1 + k) > 1 / t1), 1)
 
 
 def saved_s(profile: VerifyProfile, n_verified: int, n_accepted: int) -> float:

@@ -318,3 +318,32 @@ def test_a_probe_that_verified_more_than_its_length_succeeds_on_its_length():
     chain.selected(0, 4)
     chain.accept(0, 4, sel.probe_rows(GEMMA))  # the probe's own rows accepted, the rest not
     assert chain._probe[(0, ("ngram-mod", ""))].next_at == sel.PROBE_MIN
+
+
+def test_a_request_that_spent_its_risk_regains_it_step_by_step():
+    """After its first drafts failed, a slot may verify only a probe's length; every step it takes
+    widens that by RISK_SHARE of a plain step, so a later stretch of its answer can draft again."""
+    chain = DraftChain([("ngram-mod", Fixed([5] * 16))], profile=GEMMA)
+    chain.begin(0, [1])
+    chain.draft(0, [1], 1, LIMITS)
+    first = len(chain.confidence(0))
+    for _ in range(3):
+        chain.accept(0, first, 0)
+        chain.draft(0, [1], 1, LIMITS)
+    assert len(chain.confidence(0)) == sel.probe_rows(GEMMA)
+    chain.accept(0, 0, 0)
+    spent = -chain._saved[0]
+    n_steps = 0
+    while True:
+        chain.draft(0, [1], 1, LIMITS)
+        n_steps += 1
+        cap = len(chain.confidence(0))
+        chain.selected(0, 0)
+        if cap > sel.probe_rows(GEMMA):
+            break
+        assert n_steps < 1000
+    # it took as many steps as the spent risk beyond RISK_STEPS needed at RISK_SHARE a step
+    # at least the steps the spent risk beyond RISK_STEPS needs at RISK_SHARE a step (a longer
+    # draft than a probe needs a little more)
+    base = (spent - sel.RISK_STEPS * GEMMA.step(1)) / (sel.RISK_SHARE * GEMMA.step(1))
+    assert base <= n_steps <= 1.2 * base

@@ -219,6 +219,11 @@ def test_a_probe_verifies_what_costs_at_most_half_a_plain_step_more():
     flat = measured((10.0, 10.0, 10.0, 10.0, 10.0))  # rows cost nothing more: the longest probe
     assert sel.probe_rows(flat) == sel.PROBE_ROWS == sel.probe_rows(None)
     assert sel.probe_rows(measured((10.0, 100.0, 100.0, 100.0, 100.0))) == 1  # never fewer than one token
+    # A second row that costs a whole plain step (Gemma 3 with weight repacking, 2026-11-26): a
+    # one-token probe could never pay, even accepted, so the step would never verify it; two can.
+    repacked = measured((11.0, 22.7, 29.3, 32.2, 40.3))
+    assert sel.min_paying(repacked) == 2 == sel.probe_rows(repacked)
+    assert (1 + 2) / repacked.step(3) > 1 / repacked.step(1) > (1 + 1) / repacked.step(2)
 
 
 def test_a_probe_is_judged_by_its_own_length():
