@@ -12,7 +12,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from slotserver.bench import measure, write_reports
-from slotserver.bench_chart import write_png
+from slotserver.bench_chart import LABEL_WIDTH, wrap, write_png
 from slotserver.bench_plan import COMPARE, ORACLE, OURS, OWN, Config, Visit, parse_configs, request_body, stream_mix, \
     visit_order
 from slotserver.bench_report import (NA, Run, StreamRun, acceptance, cell, chart_rows, command_line, counters,
@@ -217,6 +217,15 @@ def test_png_of_warm_tokens_per_second(tmp_path):
     write_png(path, "Gemma 3 270M", names, [c.name for c in configs()], rows, "tokens/s (warm)")
     data = path.read_bytes()
     assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 1000
+
+
+def test_long_configuration_names_wrap_after_a_plus_in_the_legend():
+    """The whole chain's name (six drafters joined by '+') ran off both edges of the chart."""
+    name = "ngram-mod+ngram-simple+ngram-map-k+ngram-map-k4v+ngram-cache+suffix@expected"
+    lines = wrap(name).splitlines()
+    assert len(lines) == 2 and all(len(line) <= LABEL_WIDTH for line in lines)
+    assert "".join(lines) == name and lines[0].endswith("+")
+    assert wrap("ngram-mod") == "ngram-mod" and wrap("x" * 60) == "x" * 60  # nothing to break at
 
 
 def test_reports_append_one_section_per_model_and_draw_the_chart(tmp_path, monkeypatch, capsys):
