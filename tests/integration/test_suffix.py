@@ -48,15 +48,19 @@ async def suffix_counter(server: LiveServer, family: str) -> float:
 
 
 async def test_suffix_alone_equals_no_speculation_and_drafts_the_learned_outputs(srv, base):
-    n_differ, accepted = 0, {}
+    same, accepted = {}, {}
     before = await suffix_counter(srv, "accepted_tokens")
     for wl in WORKLOADS:
         out = await srv.complete(**request(wl, "suffix"))
-        n_differ += not check_same_or_tie(base[wl["name"]], out["tokens"], wl["name"])
+        same[wl["name"]] = check_same_or_tie(base[wl["name"]], out["tokens"], wl["name"])
         accepted[wl["name"]] = out["timings"].get("draft_n_accepted", 0)
-    assert n_differ <= MAX_TIED_WORKLOADS
-    # The baseline taught the global structure every output: low-draftability text drafts too.
-    assert accepted["free"] > N_PREDICT // 2 and accepted["chess"] > N_PREDICT // 2, accepted
+    assert list(same.values()).count(False) <= MAX_TIED_WORKLOADS
+    # The baseline taught the global structure every output: low-draftability text drafts too. An
+    # output that parted from its baseline at a near-tie goes on as text nothing taught (free, once
+    # in a full-suite run: 20 tokens accepted), so it is judged only where it stayed the same.
+    judged = [w for w in ("free", "chess") if same[w]]
+    assert judged, same
+    assert all(accepted[w] > N_PREDICT // 2 for w in judged), (accepted, same)
     assert await suffix_counter(srv, "accepted_tokens") - before == sum(accepted.values())
 
 
