@@ -217,10 +217,21 @@ class DraftChain:
             if own is not None:
                 p = own.position_probs(p, sel.SLOT_WEIGHT)
             return sel.product(p, n_sure)
-        p = glob.probs(None, sel.PRIOR_WEIGHT)
+        p = glob.probs(self._family_prior(key), sel.PRIOR_WEIGHT)
         if own is not None:
             p = own.probs(p, sel.SLOT_WEIGHT)
         return sel.cumulative(p, n, n_sure)
+
+    def _family_prior(self, key: Key) -> list[float] | None:
+        """The drafter's other kinds of draft, pooled: what a kind it has not drafted yet is first
+        expected to do (None: the drafter has no other kind with data; then ``PRIOR_P``). ngram-mod's
+        first pool draft, after its cold drafts were accepted for a whole answer, started over
+        from 0.7 per position and grew from 3 tokens again (SmolLM2 `quote`, offline replay)."""
+        pooled = sel.Counts()
+        for (name, tag), c in self._global.items():
+            if name == key[0] and tag != key[1]:
+                pooled.add(c)
+        return pooled.probs(None, sel.PRIOR_WEIGHT) if any(pooled.tried) else None
 
     def winner(self, slot: int) -> str | None:
         """The type name of the slot's current draft's drafter (None: no draft of the chain's)."""

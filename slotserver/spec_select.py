@@ -100,6 +100,11 @@ class Counts:
             if pos < n_accepted:
                 acc[b] += 1.0
 
+    def add(self, other: Counts) -> None:
+        for b in range(N_BINS):
+            self.acc[b] += other.acc[b]
+            self.tried[b] += other.tried[b]
+
     def probs(self, prior: Sequence[float] | None, weight: float) -> list[float]:
         """Per bin, the acceptance rate shrunk towards ``prior[b]`` (None: towards the bin before,
         the first towards ``PRIOR_P``) by ``weight`` tokens."""

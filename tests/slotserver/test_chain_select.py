@@ -90,8 +90,25 @@ def test_tags_keep_separate_estimates():
         run(chain, 0, lambda n: n)
     d.tag = "cold"
     chain.draft(0, [1], 1, LIMITS)
-    assert chain.confidence(0)[0] == pytest.approx(sel.PRIOR_P)  # nothing known of cold drafts yet
+    pool_q = chain._global[("ngram-mod", "pool")].probs(None, sel.PRIOR_WEIGHT)[0]
+    # nothing known of cold drafts yet: expected to do what the drafter's other drafts did
+    assert chain.confidence(0)[0] == pytest.approx(pool_q) and pool_q > sel.PRIOR_P
     assert set(chain.estimates()) == {"ngram-mod:pool"}
+    chain.accept(0, 8, 0)  # then their own record takes over
+    for _ in range(5):
+        run(chain, 0, lambda n: 0)
+    chain.draft(0, [1], 1, LIMITS)
+    assert chain.confidence(0)[0] < 0.5 < pool_q
+    assert chain._global[("ngram-mod", "pool")].probs(None, sel.PRIOR_WEIGHT)[0] == pytest.approx(pool_q, abs=0.05)
+
+
+def test_a_drafter_without_other_kinds_starts_from_the_prior():
+    chain = DraftChain([("ngram-mod", Tagged([3] * 8, "cold")), ("suffix", Fixed([4] * 8))], profile=GEMMA)
+    chain._global[("suffix", "")] = sel.Counts()
+    chain._global[("suffix", "")].update(8, 8, 1.0)  # another drafter's record is not this one's
+    chain.begin(0, [1])
+    chain.draft(0, [1], 1, DraftLimits(n_max=16, types=frozenset({"ngram-mod"})))
+    assert chain.confidence(0)[0] == pytest.approx(sel.PRIOR_P)
 
 
 def test_drafts_cut_to_nothing_are_skipped_then_probed():
