@@ -146,7 +146,8 @@ class DraftChain:
             self._saved[slot] = self._saved.get(slot, 0.0) + sel.RISK_SHARE * self.profile.step(1)
         expected = (limits.select or self.select) == "expected" and self.profile is not None
         best: tuple[float, Key, list[int], list[float] | None] | None = None
-        saved = self._saved.get(slot, 0.0)  # drafts compete as far as the slot may risk verifying them
+        # Drafts compete as far as the slot may risk verifying them: risk_cap(n) = min(n, risk_cap(n_max)).
+        cap = sel.risk_cap(self.profile, self._saved.get(slot, 0.0), limits.n_max) if expected else 0
         offered: list[tuple[Key, list[int]]] = []
         for name, d in self.drafters:
             if limits.types is not None and name not in limits.types:
@@ -168,7 +169,7 @@ class DraftChain:
             if not expected:
                 best = (0.0, key, tokens, hint)
                 break
-            rate = sel.best_rate(self._q(slot, key, sel.risk_cap(self.profile, saved, len(tokens)), hint), self.profile)
+            rate = sel.best_rate(self._q(slot, key, min(cap, len(tokens)), hint), self.profile)
             offered.append((key, tokens))
             if best is None or rate > best[0]:
                 best = (rate, key, tokens, hint)

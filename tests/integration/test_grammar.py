@@ -104,18 +104,17 @@ async def test_constrained_output_is_the_same_with_and_without_speculation(serve
                                ("A person, as JSON:\n", {"json_schema": PERSON}),
                                ("Write the word 'hello':", {"grammar": FIVE_AS})]:
         for sampling in (GREEDY, SEEDED):
-            label = f"{prompt!r} {sampling}"
-            if sampling is GREEDY:  # a flip must be a near-tie of the logits
-                plain = await server.complete(**body(prompt, "none", n_probs=TIE_PROBS, **constraint, **sampling))
-                spec = await server.complete(**body(prompt, "ngram-mod", **constraint, **sampling))
-                n_differ += not check_same_or_tie(plain, spec["tokens"], label)
-            else:  # one draw must explain both tokens (as test_lossless.py): a logit gap says nothing
-                # here, the draw can sit on the boundary of any two neighbouring candidates. n_probs
-                # 40 = the default top_k: every candidate the chain leaves.
-                probs = dict(n_probs=40, post_sampling_probs=True)
-                plain = await server.complete(**body(prompt, "none", **probs, **constraint, **sampling))
-                spec = await server.complete(**body(prompt, "ngram-mod", **probs, **constraint, **sampling))
-                n_differ += not check_same_draw(plain, spec, label)
+            label, greedy = f"{prompt!r} {sampling}", sampling is GREEDY
+            # Greedy: a flip must be a near-tie of the reference's logits. Seeded: one draw must
+            # explain both tokens (as test_lossless.py); a logit gap says nothing there, the draw can
+            # sit on the boundary of any two neighbouring candidates. n_probs 40 = the default
+            # top_k: every candidate the chain leaves.
+            probs = dict(n_probs=TIE_PROBS) if greedy else dict(n_probs=40, post_sampling_probs=True)
+            plain = await server.complete(**body(prompt, "none", **probs, **constraint, **sampling))
+            spec = await server.complete(**body(prompt, "ngram-mod", **({} if greedy else probs), **constraint,
+                                                **sampling))
+            same = check_same_or_tie(plain, spec["tokens"], label) if greedy else check_same_draw(plain, spec, label)
+            n_differ += not same
             assert "draft_n" not in plain["timings"]
             drafted += spec["timings"].get("draft_n", 0)
     assert drafted > 0  # the comparison covered verified drafts
