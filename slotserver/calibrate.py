@@ -20,7 +20,7 @@ import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from slotserver.engine import Engine
+from slotserver.engine import Engine, EngineConfig
 from slotserver.scheduler import BatchEntry, BatchPlan
 from slotserver.verify_costs import VerifyProfile, suffix_min
 
@@ -122,15 +122,19 @@ def _depth_terms(engine: Engine, t_rows: dict[int, float]) -> tuple[float, float
 def cache_key(engine: Engine) -> dict:
     """What the profile depends on: the model file, the library, threads and batch sizes. Not the
     slot count: a server of one slot measures no per-sequence term (0), and that term is small here."""
-    path = Path(engine.config.model_path).resolve()
+    return config_key(engine.config, engine.n_threads)
+
+
+def config_key(c: EngineConfig, n_threads: int) -> dict:
+    """``cache_key`` of an engine of config ``c`` with ``n_threads`` threads, before one exists."""
+    path = Path(c.model_path).resolve()
     st = path.stat()
     try:
         lib = version("llama_cpp_python")
     except PackageNotFoundError:
         lib = "unknown"
-    c = engine.config
     return {"format": PROFILE_FORMAT, "model": str(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
-            "llama_cpp_python": lib, "n_threads": engine.n_threads, "n_batch": c.n_batch, "n_ubatch": c.n_ubatch}
+            "llama_cpp_python": lib, "n_threads": n_threads, "n_batch": c.n_batch, "n_ubatch": c.n_ubatch}
 
 
 def default_dir() -> Path:
@@ -143,9 +147,9 @@ def profile_dir(spec) -> Path:
     return Path(spec.profile_dir) if spec.profile_dir else default_dir()
 
 
-def cache_path(directory: Path, key: dict) -> Path:
+def cache_path(directory: Path, key: dict, kind: str = "verify-profile") -> Path:
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    return directory / f"verify-profile-{digest}.json"
+    return directory / f"{kind}-{digest}.json"
 
 
 def load_or_measure(engine: Engine, directory: Path | None, *, force: bool = False) -> tuple[VerifyProfile, str]:
@@ -165,11 +169,16 @@ def load_or_measure(engine: Engine, directory: Path | None, *, force: bool = Fal
     log.info("measuring the verify-cost profile of this model on this machine (a few seconds, cached after)")
     profile = measure(engine)
     if path is not None:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_text(json.dumps({"key": key, "profile": profile.to_dict()}, indent=1))
-            os.replace(tmp, path)
-        except OSError as exc:
-            log.warning("could not cache the verify-cost profile in %s: %s", path, exc)
+        save_json(path, {"key": key, "profile": profile.to_dict()})
     return profile, "measured"
+
+
+def save_json(path: Path, data: dict) -> None:
+    """Write a cache file atomically; a failure is only logged (the next start measures again)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(data, indent=1))
+        os.replace(tmp, path)
+    except OSError as exc:
+        log.warning("could not write the cache file %s: %s", path, exc)

@@ -18,6 +18,7 @@ from ngram.cache import NgramCacheConfig
 from ngram.map_state import NgramMapConfig
 from ngram.mod import NgramModConfig
 from ngram.suffix import SuffixConfig
+from slotserver import kv_layout
 from slotserver.api.app import create_app
 from slotserver.calibrate import load_or_measure, profile_dir
 from slotserver.api.security import load_api_keys, parse_cors_origins
@@ -114,6 +115,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         model_path=args.model or default_model_path(),
         n_ctx=args.ctx_size, n_parallel=4 if args.parallel == -1 else args.parallel, n_batch=args.batch_size,
         n_ubatch=args.ubatch_size, n_threads=args.threads, kv_unified=unified,
+        kv_streams={"on": True, "off": False}.get(args.kv_streams),
     )
     limits = LimitsConfig(
         max_waiting=args.max_queue, max_requests=args.max_requests, timeout_s=args.timeout,
@@ -209,12 +211,14 @@ def calibrate_main(argv: list[str]) -> None:
         config = config_from_args(args)
     except ValueError as exc:
         raise SystemExit(f"error: {exc}") from None
-    engine = Engine(config.engine)
+    # the layout a speculating server of these flags would take (timed with -np > 1 and without -kvu)
+    engine = Engine(kv_layout.resolve(config.engine, True, profile_dir(config.spec), force=True))
     try:
         profile, _ = load_or_measure(engine, profile_dir(config.spec), force=True)
     finally:
         engine.close()
-    print(f"verify-cost profile of {engine.description}, {engine.n_threads} threads, depth {profile.depth}:")
+    print(f"verify-cost profile of {engine.description}, {engine.n_threads} threads, depth {profile.depth}, "
+          f"{engine.config.n_parallel} slots, KV layout {engine.config.layout}:")
     print(f"{'rows':>5} {'ms':>9} {'ms/row':>8} {'tokens/s if all accepted':>25}")
     for n, t in zip(profile.rows, profile.t_rows_s):
         print(f"{n:>5} {t * 1e3:>9.2f} {t * 1e3 / n:>8.2f} {n / t:>25.1f}")

@@ -92,7 +92,7 @@ class Drafting:
             else:
                 q = slot.chain.confidence(slot.id)[: len(work.draft)] if work.draft else []
             offers.append(Offer(q, len(slot.cache)))
-        counts = choose(offers, profile, n_input=n_input, room=room, streams=not self.engine.config.kv_unified)
+        counts = choose(offers, profile, n_input=n_input, room=room, streams=self.engine.config.streams)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("selection: %s", ", ".join(
                 f"slot {s.id}: {n}/{len(w.draft)} of {s.chain.winner(s.id) or 'oracle'} (q_last {o.q[n - 1] if n else 0:.3f})"

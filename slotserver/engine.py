@@ -2,11 +2,11 @@
 
 Only the engine thread calls into this class. It computes; the scheduler decides what to compute.
 Each slot is a sequence id in one context. As in llama-server, the sequences share one KV cache
-with ``--kv-unified`` (the default without ``-np``) and otherwise each has its own stream of
-``n_ctx / n_parallel`` cells: a slot's attention then spans only its own cells, not every cell any
-slot still caches (on SmolLM2, whose attention is a large share of a step, that made a single
-stream ~12% slower than llama-server's). The SWA cache is kept full size so that rejected draft
-positions and old prefixes can be removed and reused exactly.
+with ``--kv-unified`` (the default without ``-np``) and otherwise each may hold ``n_ctx / n_parallel``
+tokens: in its own KV stream (llama-server's layout; a slot's attention spans only its own cells)
+or in one cache holding every slot's share (every step one graph; ``kv_layout.py`` says which is
+faster for a model). The SWA cache is kept full size so that rejected draft positions and old
+prefixes can be removed and reused exactly.
 """
 
 from __future__ import annotations
@@ -40,12 +40,27 @@ class EngineConfig:
     # llama-server's context model: each slot may use n_ctx / n_parallel tokens, unless the slots
     # share the whole cache (--kv-unified; also llama-server's default when -np is not given).
     kv_unified: bool = False
+    # How the cells are laid out when each slot has its share (--kv-streams): a KV stream per slot
+    # (llama-server's layout) or one cache holding every slot's share. None: not decided yet
+    # (``kv_layout.resolve`` measures both at start-up). Ignored with kv_unified: one cache.
+    kv_streams: bool | None = True
+
+    @property
+    def streams(self) -> bool:
+        """Each slot has its own KV stream (llama.cpp's cache without ``kv_unified``)."""
+        return not self.kv_unified and bool(self.kv_streams)
 
     def __post_init__(self) -> None:
         if self.n_parallel < 1:
             raise ValueError("-np must be at least 1")
         if self.n_batch < self.n_parallel or self.n_ubatch < 1:
             raise ValueError("-b must be >= -np and -ub >= 1")
+
+    @property
+    def layout(self) -> str:
+        """How the slots hold their cells (``/props``): ``unified`` (one cache, every slot may use
+        all of it), ``streams`` (a KV stream per slot) or ``one-cache`` (one cache, a share each)."""
+        return "unified" if self.kv_unified else "streams" if self.streams else "one-cache"
 
 
 class DecodeError(RuntimeError):
@@ -56,6 +71,8 @@ class DecodeError(RuntimeError):
 
 class Engine:
     def __init__(self, config: EngineConfig) -> None:
+        if config.kv_streams is None and not config.kv_unified:
+            raise ValueError("the KV layout is not decided (kv_layout.resolve)")
         self.config = config
         lc.llama_backend_init()
         mparams = lc.llama_model_default_params()
@@ -80,13 +97,16 @@ class Engine:
         cparams.n_seq_max = config.n_parallel
         cparams.n_threads = n_threads
         cparams.n_threads_batch = n_threads
-        cparams.kv_unified = config.kv_unified
+        cparams.kv_unified = not config.streams
         cparams.swa_full = True
         self.ctx = lc.llama_init_from_model(self.model, cparams)
         if not self.ctx:
             raise RuntimeError("could not create the llama context")
         self.n_ctx = lc.llama_n_ctx(self.ctx)
-        self.n_ctx_slot = self.n_ctx if config.kv_unified else lc.llama_n_ctx_seq(self.ctx)
+        # A slot's share; in one cache without kv_unified the runner holds each slot to it as the
+        # streams do, so the slots together never need more cells than the cache has.
+        self.n_ctx_slot = self.n_ctx if config.kv_unified else lc.llama_n_ctx_seq(self.ctx) if config.streams \
+            else self.n_ctx // config.n_parallel
         self.memory = lc.llama_get_memory(self.ctx)
         # Whether KV entries can be moved to other positions (context shift, --cache-reuse).
         self.can_shift = bool(lc.llama_memory_can_shift(self.memory))
@@ -248,7 +268,7 @@ class Engine:
         nothing. The unified cache shares the cells (no copy, no extra room); between streams
         llama.cpp copies only whole streams (at the next decode), so ``dst`` gets all of ``src``'s
         and drops what follows ``n``."""
-        if self.config.kv_unified:
+        if not self.config.streams:
             lc.llama_memory_seq_cp(self.memory, src, dst, 0, n)
             return
         lc.llama_memory_seq_cp(self.memory, src, dst, -1, -1)

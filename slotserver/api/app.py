@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from functools import partial
 from typing import Callable
 
 from aiohttp import web
@@ -19,6 +20,7 @@ from slotserver.api.metrics import setup_metrics
 from slotserver.api.middleware import error_middleware, request_limit
 from slotserver.api.routes import setup_routes
 from slotserver.api.security import Policy, cors_headers, security_middleware
+from slotserver import kv_layout
 from slotserver.api.state import STATE, State
 from slotserver.calibrate import load_or_measure, profile_dir
 from slotserver.chain import DraftChain
@@ -55,7 +57,10 @@ def _engine_ctx(on_fatal: Callable[[str], None]):
 
         async def load_and_run() -> None:
             try:
-                engine = await loop.run_in_executor(thread, Engine, config.engine)
+                engine_config = await loop.run_in_executor(thread, partial(
+                    kv_layout.resolve, config.engine, bool(chain.types), profile_dir(config.spec),
+                    force=config.spec.recalibrate))
+                engine = await loop.run_in_executor(thread, Engine, engine_config)
                 if chain.types:
                     chain.profile = await loop.run_in_executor(thread, _load_profile, config, engine)
                 model_drafter = None
@@ -74,9 +79,9 @@ def _engine_ctx(on_fatal: Callable[[str], None]):
                             chains=chains, context_shift=config.context_shift, model_drafter=model_drafter,
                             executor=thread)
             state.runner, state.service = runner, CompletionService(config, runner)
-            log.info("model loaded: %s, n_ctx %d (%d per slot%s), %d slots, speculation: %s",
+            log.info("model loaded: %s, n_ctx %d (%d per slot, KV layout %s), %d slots, speculation: %s",
                      engine.description, engine.n_ctx, engine.n_ctx_slot,
-                     ", shared" if config.engine.kv_unified else "", config.engine.n_parallel,
+                     engine.config.layout, config.engine.n_parallel,
                      ",".join(chain.types) or "none")
             state.loaded.set()
             await runner.run()

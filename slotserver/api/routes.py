@@ -73,6 +73,7 @@ async def props(request: web.Request) -> web.Response:
                        "speculative.p_min": cfg.draft_p_min},
         },
         "total_slots": len(runner.slots),
+        "kv_layout": runner.engine.config.layout,
         "model_alias": cfg.model_name,
         "model_path": cfg.engine.model_path,
         "model_desc": runner.engine.description,

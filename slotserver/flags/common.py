@@ -66,6 +66,10 @@ def add_common_args(parser) -> None:
              env="LLAMA_ARG_KV_UNIFIED",
              help="every slot may use the whole context (default: on when -np is not given, as llama-server; "
                   "otherwise each slot gets -c / -np)")
+    add_flag(g, "--kv-streams", choices=["auto", "on", "off"], default="auto",
+             help="without -kvu: a KV stream per slot (on, llama-server's layout) or one KV cache holding every "
+                  "slot's share (off); auto, the default: with speculation on several slots, whichever steps "
+                  "measured faster at start-up (docs/operations.md), else on")
     add_pair(g, ["--context-shift"], ["--no-context-shift"], dest="context_shift", default=False,
              env="LLAMA_ARG_CONTEXT_SHIFT",
              help="when a generation fills its slot's context, drop the oldest tokens after --keep and go on "

@@ -1,6 +1,9 @@
-"""llama-server's context model: -c split among the slots unless -kvu, the context error, context shift."""
+"""llama-server's context model: -c split among the slots unless -kvu, in a KV stream per slot or in one
+cache (--kv-streams), the context error, context shift."""
 
 from __future__ import annotations
+
+import asyncio
 
 import pytest
 
@@ -9,9 +12,10 @@ from tests.conftest import LiveServer, n_choices
 SMALL = ["-c", "512", "-np", "2", "--spec-type", "ngram-mod"]
 
 
-@pytest.fixture(scope="module")
-async def split():
-    srv = await LiveServer(SMALL).start()
+@pytest.fixture(scope="module", params=["on", "off"], ids=["streams", "one-cache"])
+async def split(request):
+    """Each slot has its share: in its own KV stream (llama-server's layout) or in one cache."""
+    srv = await LiveServer(SMALL + ["--kv-streams", request.param]).start()
     yield srv
     await srv.stop()
 
@@ -30,6 +34,8 @@ async def n_tokens(srv: LiveServer, text: str) -> int:
 async def test_each_slot_gets_its_share_of_the_context(split):
     props = (await split.get("/props"))[1]
     assert props["default_generation_settings"]["n_ctx"] == 256 and props["total_slots"] == 2
+    layout = {True: "streams", False: "one-cache"}[split.state.runner.engine.config.streams]
+    assert props["kv_layout"] == layout
     assert [s["n_ctx"] for s in (await split.get("/slots"))[1]] == [256, 256]
 
 
@@ -45,6 +51,16 @@ async def test_without_context_shift_a_full_slot_stops_truncated(split):
     out = await split.complete(prompt="Count: 1 2 3", n_predict=400, ignore_eos=True, temperature=0.0)
     assert out["truncated"] is True and out["stop_type"] == "limit"
     assert out["tokens_cached"] <= 256 and out["tokens_predicted"] < 256
+
+
+async def test_every_slot_fills_its_share_at_once(split):
+    """Both slots run to the end of their share together: in one cache too, the shares add up to
+    the cache, so neither runs out of cells."""
+    outs = await asyncio.gather(*(split.complete(prompt=f"Count from {k}: 1 2 3", n_predict=400, ignore_eos=True,
+                                                 temperature=0.0) for k in range(2)))
+    for out in outs:
+        assert out["truncated"] is True and out["stop_type"] == "limit"
+        assert 200 < out["tokens_cached"] <= 256
 
 
 async def test_with_context_shift_generation_goes_past_the_slot(shifting):
@@ -75,9 +91,9 @@ async def test_kv_unified_lets_every_slot_use_the_whole_context():
         await srv.stop()
 
 
-async def test_n_choices_share_the_prompt_between_kv_streams(split):
-    """Without -kvu every slot has its own KV stream (its attention spans only its cells); llama.cpp
-    copies only whole streams, so the second choice copies the first's and trims it to the prompt."""
+async def test_n_choices_share_the_prompt_between_slots(split):
+    """Between KV streams llama.cpp copies only whole streams, so the second choice copies the
+    first's and trims it to the prompt; in one cache the choices share the prompt's cells."""
     assert split.state.runner.engine.config.kv_unified is False
     single, n_decoded, out = await n_choices(split, 2)
     assert [c["text"] for c in out["choices"]] == [single, single]
