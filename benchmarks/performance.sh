@@ -52,6 +52,9 @@ for model in $MODELS; do
   port=$PORT
   url=http://127.0.0.1:$port
   log=/tmp/performance_${model}_slotserver.log
+  # The verify-cost profile and the KV layout, measured while nothing else runs and cached: the
+  # servers below start together and would otherwise each time their decodes against the others.
+  python3 -m slotserver calibrate -m "$path" -np 4 -c 8192 | tail -1
   # --metrics: the bench reads step and decode time around each request (time outside llama_decode)
   start "$log" python3 -m slotserver -m "$path" --port "$port" -np 4 -c 8192 --metrics --spec-oracle
   wait_healthy "$url" "$log"
