@@ -63,6 +63,18 @@ async def test_every_slot_fills_its_share_at_once(split):
         assert 200 < out["tokens_cached"] <= 256
 
 
+async def test_in_one_cache_a_request_not_to_cache_leaves_no_cells(split):
+    """Idle cells cost every decode in one cache: a request with cache_prompt false drops its
+    slot's cells when it ends; with streams (and for a request that caches) they stay for reuse."""
+    streams = split.state.runner.engine.config.streams
+    for cache_prompt in (False, True):
+        out = await split.complete(prompt="The capital of France is", n_predict=4, temperature=0.0,
+                                   cache_prompt=cache_prompt)
+        [slot] = [s for s in (await split.get("/slots"))[1] if s["id"] == out["id_slot"]]
+        kept = cache_prompt or streams
+        assert (slot["n_cached_tokens"] > 0) is kept, (cache_prompt, streams, slot)
+
+
 async def test_with_context_shift_generation_goes_past_the_slot(shifting):
     out = await shifting.complete(prompt="Count: 1 2 3", n_predict=400, ignore_eos=True, temperature=0.0,
                                   n_keep=-1, return_tokens=True)
