@@ -13,10 +13,10 @@ share); the layouts differ in cost only, and which is cheaper depends on the mod
 Measured side by side (this machine, 4 streams of 8 mixed requests, the whole drafter chain, two
 rounds): Gemma 3 270M, whose steps are mostly weight reads and the output projection, ran at
 160.7 / 175.9 t/s with streams and 195.7 / 230.8 in one cache; SmolLM2-135M, whose attention is a
-larger share, at 186.1 with streams and 147.7 in one cache. So with ``--kv-streams auto`` (the
-default) a server that speculates on several slots times both layouts at start-up, on the steps
-speculation makes (``patterns``), and keeps streams unless one cache is at least ``MARGIN`` faster.
-The answer is cached beside the verify-cost profile. Without speculation every slot brings one row
+larger share, at 186.1 / 202.3 with streams and 147.7 / 161.7 in one cache. So with
+``--kv-streams auto`` (the default) a server that speculates on several slots times both layouts at
+start-up, on the steps speculation makes (``patterns``), and keeps streams unless one cache is at
+least ``MARGIN`` faster (``ratio``). The answer is cached beside the verify-cost profile. Without speculation every slot brings one row
 per step, one graph either way: streams, as llama-server.
 
 Engine thread only (it decodes).
