@@ -19,12 +19,14 @@ import os
 import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import Callable, TypeVar
 
 from slotserver.engine import Engine, EngineConfig
 from slotserver.scheduler import BatchEntry, BatchPlan
 from slotserver.verify_costs import VerifyProfile, suffix_min
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 PROFILE_FORMAT = 1  # bump when what is measured changes: old cache files are then measured over
 DEPTH = 256  # cached tokens before each timed decode: a typical prompt
@@ -157,20 +159,30 @@ def load_or_measure(engine: Engine, directory: Path | None, *, force: bool = Fal
     where it came from ("cached PATH" or "measured")."""
     key = cache_key(engine)
     path = cache_path(directory, key) if directory is not None else None
-    if path is not None and not force and path.exists():
-        try:
-            data = json.loads(path.read_text())
-            if data.get("key") == key:
-                profile = VerifyProfile.from_dict(data["profile"])
-                t = warm_up(engine, profile.rows[-1] + 1)  # the longest verify: a draft of the last row count
-                return profile, f"cached {path}; warm-up decode of {profile.rows[-1] + 1} rows {t * 1e3:.0f} ms"
-        except (OSError, ValueError, KeyError, TypeError):
-            log.warning("verify-cost profile %s is unreadable; measuring again", path)
+    profile = None
+    if path is not None and not force:
+        profile = load_json(path, key, lambda data: VerifyProfile.from_dict(data["profile"]))
+    if profile is not None:
+        t = warm_up(engine, profile.rows[-1] + 1)  # the longest verify: a draft of the last row count
+        return profile, f"cached {path}; warm-up decode of {profile.rows[-1] + 1} rows {t * 1e3:.0f} ms"
     log.info("measuring the verify-cost profile of this model on this machine (a few seconds, cached after)")
     profile = measure(engine)
     if path is not None:
         save_json(path, {"key": key, "profile": profile.to_dict()})
     return profile, "measured"
+
+
+def load_json(path: Path, key: dict, parse: Callable[[dict], T]) -> T | None:
+    """``parse`` of the cache file at ``path`` if there is one written for ``key``; None if there is
+    none, or another key's, or it does not parse (logged: the caller measures again)."""
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text())
+        return parse(data) if data.get("key") == key else None
+    except (OSError, ValueError, KeyError, TypeError):
+        log.warning("the cache file %s is unreadable; measuring again", path)
+        return None
 
 
 def save_json(path: Path, data: dict) -> None:

@@ -46,6 +46,11 @@ class EngineConfig:
     kv_streams: bool | None = True
 
     @property
+    def threads(self) -> int:
+        """The threads llama.cpp is given (``n_threads`` 0: every core)."""
+        return self.n_threads or os.cpu_count() or 1
+
+    @property
     def streams(self) -> bool:
         """Each slot has its own KV stream (llama.cpp's cache without ``kv_unified``)."""
         return not self.kv_unified and bool(self.kv_streams)
@@ -89,7 +94,7 @@ class Engine:
         self.n_embd = lc.llama_model_n_embd(self.model)
         self.n_params = lc.llama_model_n_params(self.model)
         self.size = lc.llama_model_size(self.model)  # bytes of weights
-        n_threads = config.n_threads or os.cpu_count() or 1
+        n_threads = config.threads
         cparams = lc.llama_context_default_params()
         cparams.n_ctx = config.n_ctx or self.n_ctx_train
         cparams.n_batch = config.n_batch

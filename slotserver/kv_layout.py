@@ -16,24 +16,22 @@ rounds): Gemma 3 270M, whose steps are mostly weight reads and the output projec
 larger share, at 186.1 / 202.3 with streams and 147.7 / 161.7 in one cache. So with
 ``--kv-streams auto`` (the default) a server that speculates on several slots times both layouts at
 start-up, on the steps speculation makes (``patterns``), and keeps streams unless one cache is at
-least ``MARGIN`` faster (``ratio``). The answer is cached beside the verify-cost profile. Without speculation every slot brings one row
-per step, one graph either way: streams, as llama-server.
+least ``MARGIN`` faster (``ratio``). The answer is cached beside the verify-cost profile. Without
+speculation every slot brings one row per step, one graph either way: streams, as llama-server.
 
 Engine thread only (it decodes).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import os
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
-from slotserver.calibrate import cache_path, config_key, filler, save_json
+from slotserver.calibrate import cache_path, config_key, filler, load_json, save_json
 from slotserver.engine import Engine, EngineConfig
 from slotserver.scheduler import BatchEntry, BatchPlan
 
@@ -115,18 +113,16 @@ def resolve(config: EngineConfig, speculative: bool, directory: Path | None, *, 
         return config
     if config.kv_unified or config.n_parallel == 1 or not speculative:
         return replace(config, kv_streams=True)  # one graph per step either way (or -kvu: one cache)
-    n_threads = config.n_threads or os.cpu_count() or 1
-    key = {**config_key(config, n_threads), "layout_format": LAYOUT_FORMAT, "n_parallel": config.n_parallel,
+    key = {**config_key(config, config.threads), "layout_format": LAYOUT_FORMAT, "n_parallel": config.n_parallel,
            "n_ctx": config.n_ctx}
     path = cache_path(directory, key, "kv-layout") if directory is not None else None
-    if path is not None and not force and path.exists():
-        try:
-            data = json.loads(path.read_text())
-            if data.get("key") == key:
-                log.info("KV layout (cached %s): %s", path, describe(config, data["t_streams_s"], data["t_one_s"]))
-                return replace(config, kv_streams=prefer_streams(data["t_streams_s"], data["t_one_s"]))
-        except (OSError, ValueError, KeyError, TypeError):
-            log.warning("KV layout file %s is unreadable; measuring again", path)
+    cached = None
+    if path is not None and not force:
+        cached = load_json(path, key, lambda data: (describe(config, data["t_streams_s"], data["t_one_s"]),
+                                                    prefer_streams(data["t_streams_s"], data["t_one_s"])))
+    if cached is not None:
+        log.info("KV layout (cached %s): %s", path, cached[0])
+        return replace(config, kv_streams=cached[1])
     log.info("timing %d-slot steps with a KV stream per slot and in one cache (a few seconds, cached after)",
              config.n_parallel)
     t_streams, t_one = time_steps(config)

@@ -141,7 +141,8 @@ class SlotLifecycle:
         return job, event
 
     def forget(self, slot: Slot) -> None:
-        """Drop every KV entry of the slot (after a failure its cache cannot be trusted)."""
+        """Drop every KV entry of the slot (after a failure its cache cannot be trusted; in one cache,
+        after a request whose cells were not to be kept)."""
         self.engine.remove(slot.id, 0)
         slot.cache.clear()
 

@@ -16,11 +16,11 @@ from typing import Callable
 
 from aiohttp import web
 
+from slotserver import kv_layout
 from slotserver.api.metrics import setup_metrics
 from slotserver.api.middleware import error_middleware, request_limit
 from slotserver.api.routes import setup_routes
 from slotserver.api.security import Policy, cors_headers, security_middleware
-from slotserver import kv_layout
 from slotserver.api.state import STATE, State
 from slotserver.calibrate import load_or_measure, profile_dir
 from slotserver.chain import DraftChain
