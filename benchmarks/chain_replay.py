@@ -115,9 +115,9 @@ def run(args: argparse.Namespace) -> None:
         for rnd, phase in enumerate(("cold", "warm")):
             scenarios[f"order{seed}.{phase}"] = [go(chain, n) for n in order]
     print(f"profile: one row {1e3 * t_plain:.1f} ms; types {args.types}; select {args.select}")
-    print(f"{'scenario':14s} {'% oracle':>8s} {'min x none':>10s}  per workload (x none)")
+    print(f"{'scenario':14s} {'% oracle':>8s} {'min x none':>10s}  per workload (x none/% oracle)")
     for key, rows in scenarios.items():
-        per = " ".join(f"{w}:{x:.2f}" for w, x, _ in rows)
+        per = " ".join(f"{w}:{x:.2f}/{100 * r:.0f}" for w, x, r in rows)
         print(f"{key:14s} {100 * statistics.mean(r for _, _, r in rows):8.1f} {min(x for _, x, _ in rows):10.2f}  {per}")
     every = [r for rows in scenarios.values() for _, _, r in rows]
     print(f"geometric mean of % of the oracle over all runs: {100 * statistics.geometric_mean(every):.2f}")

@@ -4,7 +4,11 @@ After llama.cpp ``common_speculative_impl_ngram_mod`` (``common/speculative.cpp`
 The pool is shared by all slots and survives across requests; per-slot state is where to resume
 hashing, how the last draft fared, and (ours, not llama.cpp's) a short-match index of the slot's
 own history: when the pool has no draft, a repeat of the last ``n_match_cold`` tokens in the
-slot's history gives one, so a cold pool or a short answer still drafts its own repetitions.
+slot's history gives one, so a cold pool or a short answer still drafts its own repetitions. Failing
+that, a repeat of the last ``n_match_cold // 2`` (at least 2) does, tagged apart (``TAG_COLD_SHORT``)
+so that the chain learns how far such shorter matches are right and the selection verifies them only
+as far as they pay: the answer that copies a sentence of its prompt (Gemma 3's ``repeat``, cold)
+drafts after 4 tokens instead of 8 (offline replay: 85% -> 89% of the oracle; code_edit 74% -> 81%).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ UPDATE_CHUNK = 32
 # draft_tag() values: which source the slot's last draft came from ("" for no draft).
 TAG_POOL = "pool"
 TAG_COLD = "cold"
+TAG_COLD_SHORT = "cold-short"
 
 
 @dataclass(slots=True)
@@ -44,13 +49,19 @@ class NgramModConfig:
             raise ValueError("ngram-mod n_match_cold must be in 0..1024 (0: no fallback)")
 
 
+def cold_lengths(config: NgramModConfig) -> tuple[int, ...]:
+    """Match lengths of the fallback, longest first: ``n_match_cold``, then half of it if that is 2 or more."""
+    n = config.n_match_cold
+    return () if n == 0 else (n, n // 2) if n // 2 >= 2 else (n,)
+
+
 @dataclass(slots=True)
 class SlotInfo:
     i_last: int = 0  # history index from which windows are still to be hashed
     n_draft_last: int = 0  # length of this slot's last draft
     n_low: int = 0  # consecutive low-acceptance rounds
-    tag: str = ""  # source of the last draft: TAG_POOL, TAG_COLD or "" (none)
-    short: ShortMatchIndex | None = None  # the fallback's index; None when n_match_cold is 0
+    tag: str = ""  # source of the last draft: TAG_POOL, TAG_COLD, TAG_COLD_SHORT or "" (none)
+    short: tuple[ShortMatchIndex, ...] = ()  # the fallback's indexes, longest match first; () when off
 
 
 class NgramMod:
@@ -64,8 +75,7 @@ class NgramMod:
     def _info(self, slot: int) -> SlotInfo:
         info = self.slots.get(slot)
         if info is None:
-            cold = self.config.n_match_cold
-            info = self.slots[slot] = SlotInfo(short=ShortMatchIndex(cold) if cold else None)
+            info = self.slots[slot] = SlotInfo(short=tuple(ShortMatchIndex(n) for n in cold_lengths(self.config)))
         return info
 
     def _reset_pool(self) -> None:
@@ -79,8 +89,8 @@ class NgramMod:
         info.i_last = 0
         info.n_draft_last = 0
         info.tag = ""
-        if info.short is not None:
-            info.short.rebuild(prompt)
+        for index in info.short:
+            index.rebuild(prompt)
         n = self.pool.n
         if len(prompt) < n:
             return
@@ -93,9 +103,13 @@ class NgramMod:
         info = self._info(slot)
         draft = self._pool_draft(info, history, last_token)[:n_max]
         info.tag = TAG_POOL if draft else ""
-        if not draft and info.short is not None:  # no n_min here: a short repeat is worth a short draft
-            draft = info.short.draft(history, last_token, min(n_max, self.config.n_max))
-            info.tag = TAG_COLD if draft else ""
+        # No n_min for the fallback: a short repeat is worth a short draft.
+        for index, tag in zip(info.short, (TAG_COLD, TAG_COLD_SHORT)):
+            if draft:
+                break
+            cap = self.config.n_max if tag == TAG_COLD else 2 * index.n
+            draft = index.draft(history, last_token, min(n_max, cap))
+            info.tag = tag if draft else ""
         # Unlike llama.cpp we judge acceptance against what was verified (after the cut).
         info.n_draft_last = len(draft)
         return draft

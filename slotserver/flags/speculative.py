@@ -39,7 +39,7 @@ def add_speculative_args(parser) -> None:
     g.add_argument("--spec-ngram-mod-n-max", type=int, default=64, metavar="N", help="ngram-mod: longest draft")
     g.add_argument("--spec-ngram-mod-n-match-cold", type=int, default=8, metavar="N",
                    help="slotserver, ngram-mod: shortest match in the slot's own history used when the pool "
-                        "has no draft; 0 = off")
+                        "has no draft (then half of it, drafting at most twice that); 0 = off")
     for kind in ("simple", "map-k", "map-k4v"):
         g.add_argument(f"--spec-ngram-{kind}-size-n", type=int, default=12, metavar="N", help=f"ngram-{kind}: n-gram (key) length")
         g.add_argument(f"--spec-ngram-{kind}-size-m", type=int, default=48, metavar="N", help=f"ngram-{kind}: longest draft")

@@ -9,7 +9,9 @@ from ngram.mod import (
     LOW_ACCEPTANCE_STREAK,
     OCCUPANCY_RESET,
     TAG_COLD,
+    TAG_COLD_SHORT,
     TAG_POOL,
+    cold_lengths,
     NgramMod,
     NgramModConfig,
 )
@@ -134,6 +136,21 @@ def test_cold_draft_on_an_empty_pool_from_the_prompt():
     assert d.draft_tag(0) == TAG_COLD
 
 
+def test_a_shorter_cold_match_drafts_apart_and_at_most_twice_its_length():
+    # n_match_cold=8: the last 8 tokens never occurred before, their last 4 did (followed by
+    # 20..29): a draft of the shorter match, tagged apart, capped at 2 * 4 tokens.
+    d = mod(n_match=24, n_min=48, n_max=64, n_match_cold=8)
+    assert cold_lengths(d.config) == (8, 4)
+    prompt = [1, 2, 3, 4, 5, 6, 7, 8] + list(range(20, 30)) + [9, 9, 9, 9, 5, 6, 7]
+    d.begin(0, prompt)
+    assert d.draft(0, prompt, 8, 64) == list(range(20, 28)) and d.draft_tag(0) == TAG_COLD_SHORT
+    # The whole 8-token window repeats: the longer match wins and runs to the config's n_max.
+    prompt = [1, 2, 3, 4, 5, 6, 7, 8] + list(range(20, 30)) + [1, 2, 3, 4, 5, 6, 7]
+    d.begin(0, prompt)
+    assert d.draft(0, prompt, 8, 64)[:10] == list(range(20, 30)) and d.draft_tag(0) == TAG_COLD
+    assert cold_lengths(mod(n_match_cold=3).config) == (3,) and cold_lengths(mod(n_match_cold=0).config) == ()
+
+
 def test_draft_tag_is_empty_without_a_draft():
     d = mod(n_match_cold=2)
     assert d.draft_tag(0) == ""  # a slot never seen
@@ -146,7 +163,7 @@ def test_n_match_cold_zero_disables_the_fallback():
     d = mod(n_min=3)
     d.begin(0, PROMPT)
     assert d.draft(0, [14, 15, 7, 8, 14], 15, 8) == [] and d.draft_tag(0) == ""
-    assert d.slots[0].short is None
+    assert d.slots[0].short == ()
 
 
 def test_cold_drafts_do_not_count_towards_the_pool_reset_streak():
@@ -182,6 +199,9 @@ def test_cold_drafts_equal_a_scan_of_the_slots_history(streams, n_cold, n_max, p
         d.begin(0, prompt)
         for size in range(len(prompt), len(stream) - 1, step):
             history, last = stream[:size], stream[size]
-            expected = short_match_draft(history, last, n_cold, min(n_max, 4))
+            expected, tag = short_match_draft(history, last, n_cold, min(n_max, 4)), TAG_COLD
+            if not expected and n_cold // 2 >= 2:  # the shorter match, its draft at most twice as long
+                half = n_cold // 2
+                expected, tag = short_match_draft(history, last, half, min(n_max, 4, 2 * half)), TAG_COLD_SHORT
             assert d.draft(0, history, last, n_max) == expected
-            assert d.draft_tag(0) == (TAG_COLD if expected else "")
+            assert d.draft_tag(0) == (tag if expected else "")
