@@ -25,6 +25,8 @@ OCCUPANCY_RESET = 0.25
 LOW_ACCEPTANCE_RATIO = 0.25
 # ...and this many consecutive low rounds of one slot reset the shared pool.
 LOW_ACCEPTANCE_STREAK = 5
+# A pool draft verified for fewer tokens (cut by the selection) is no round at all.
+LOW_MIN_VERIFIED = 4
 # New history is hashed into the pool once more than this many tokens are pending.
 UPDATE_CHUNK = 32
 # draft_tag() values: which source the slot's last draft came from ("" for no draft).
@@ -135,13 +137,20 @@ class NgramMod:
             return []
         return draft
 
+    def cut(self, slot: int, n_verified: int) -> None:
+        """The step verified only the first ``n_verified`` tokens of the slot's last draft (the
+        selection's cut): acceptance is judged against those."""
+        info = self.slots.get(slot)
+        if info is not None:
+            info.n_draft_last = min(info.n_draft_last, n_verified)
+
     def accept(self, slot: int, n_accepted: int, is_other: bool) -> None:
         if is_other:
             return
         info = self._info(slot)
         # Only pool drafts count towards the reset streak: a wrong short-match guess (a cold draft)
-        # says nothing about the pool.
-        if info.tag != TAG_POOL:
+        # says nothing about the pool, and neither does a draft cut to a probe's few tokens.
+        if info.tag != TAG_POOL or info.n_draft_last < LOW_MIN_VERIFIED:
             return
         if n_accepted / info.n_draft_last < LOW_ACCEPTANCE_RATIO:
             info.n_low += 1

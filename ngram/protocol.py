@@ -1,10 +1,12 @@
 """The drafter protocol shared by every draftless drafter (after llama.cpp's ``common_speculative_impl``).
 
 Every method of ``Drafter`` is required; a drafter that has nothing to do in one of them writes the
-no-op out. Two are optional, looked up by the chain with ``hasattr``: ``draft_tag(slot) -> str``
-(which kind of draft the slot's last one was, for separate acceptance estimates) and
-``finish(slot, history)`` (the slot's request ended with ``history``: prompt, output and the last
-sampled token; for drafters that learn whole requests).
+no-op out. Three are optional, looked up by the chain with ``hasattr``: ``draft_tag(slot) -> str``
+(which kind of draft the slot's last one was, for separate acceptance estimates),
+``cut(slot, n_verified)`` (called before ``accept`` on the drafter whose draft it was: the step
+verified only its first ``n_verified`` tokens) and ``finish(slot, history)`` (the slot's request
+ended with ``history``: prompt, output and the last sampled token; for drafters that learn whole
+requests).
 Token sequences are plain ``list[int]``; ``slot`` is the integer slot (sequence) id.
 """
 

@@ -297,6 +297,8 @@ class DraftChain:
             self._saved[slot] = self._saved.get(slot, 0.0) + sel.saved_s(self.profile, n_verified, n_accepted)
         t0 = time.perf_counter()
         for name, d in self.drafters:
+            if name == winner and hasattr(d, "cut"):
+                d.cut(slot, n_verified)
             d.accept(slot, n_accepted, name != winner)
         st.t_accept_s.observe(time.perf_counter() - t0)
         st.add_accepted(n_accepted)

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 from ngram.mod import (
     LOW_ACCEPTANCE_RATIO,
     LOW_ACCEPTANCE_STREAK,
+    LOW_MIN_VERIFIED,
     OCCUPANCY_RESET,
     TAG_COLD,
     TAG_COLD_SHORT,
@@ -93,6 +94,30 @@ def test_low_acceptance_streak_resets_pool():
     d.accept(0, 0, False)
     assert d.n_resets == 1 and d.pool.n_used == 0
     assert d.draft(0, [9, 10], 11, 8) == []
+
+
+def test_acceptance_is_judged_against_the_verified_part_of_a_cut_draft():
+    # The selection verified 4 of a 64-token pool draft and all 4 were accepted: a good round, not
+    # 4/64 (which, five times over, reset the shared pool and every slot's warm drafts with it).
+    d = mod(n_max=64)
+    d.begin(0, PROMPT)
+    for _ in range(2 * LOW_ACCEPTANCE_STREAK):
+        assert len(d.draft(0, [9, 10], 11, 64)) == 6
+        d.cut(0, 4)
+        d.accept(0, 4, False)
+    assert d.n_resets == 0 and d.slots[0].n_low == 0
+    # A draft cut to a probe's few tokens is no round at all, however it fared.
+    for _ in range(2 * LOW_ACCEPTANCE_STREAK):
+        d.draft(0, [9, 10], 11, 64)
+        d.cut(0, LOW_MIN_VERIFIED - 1)
+        d.accept(0, 0, False)
+    assert d.n_resets == 0 and d.slots[0].n_low == 0
+    # Verified for LOW_MIN_VERIFIED tokens and all rejected: low rounds, as llama.cpp counts them.
+    for _ in range(LOW_ACCEPTANCE_STREAK):
+        d.draft(0, [9, 10], 11, 64)
+        d.cut(0, LOW_MIN_VERIFIED)
+        d.accept(0, 0, False)
+    assert d.n_resets == 1
 
 
 def test_incremental_update_after_chunk():

@@ -21,6 +21,17 @@ class Fixed:
         self.accepted.append((n_accepted, is_other))
 
 
+class Cuttable(Fixed):
+    """A drafter that wants to know how much of its draft the step verified (as ngram-mod does)."""
+
+    def __init__(self, tokens: list[int]) -> None:
+        super().__init__(tokens)
+        self.cuts = []
+
+    def cut(self, slot, n_verified):
+        self.cuts.append(n_verified)
+
+
 def test_first_non_empty_drafter_in_precedence_order_wins_and_is_cut():
     mod, simple = Fixed([1, 2, 3]), Fixed([])
     chain = DraftChain([("ngram-mod", mod), ("ngram-simple", simple)])
@@ -60,6 +71,16 @@ def test_a_draft_cut_by_the_step_is_counted_and_learned_on_its_verified_part():
     st = chain.stats["ngram-mod"]
     assert (st.n_gen_drafts, st.n_gen_tokens, st.n_acc_tokens) == (1, 4, 4)
     assert chain._global[("ngram-mod", "")].tried[:3] == [1.0, 1.0, 2.0]  # positions 0, 1, 2-3
+
+
+def test_the_winner_is_told_how_much_of_its_draft_was_verified():
+    mod, other = Cuttable(list(range(100))), Cuttable([])  # other: no draft
+    chain = DraftChain([("ngram-mod", mod), ("ngram-simple", other)])
+    chain.begin(0, [1])
+    assert len(chain.draft(0, [1], 1, DraftLimits(n_max=64, select="precedence"))) == 64
+    chain.accept(0, 13, 13)
+    assert mod.cuts == [13] and other.cuts == []  # only the drafter whose draft it was
+    assert mod.accepted == [(13, False)] and other.accepted == [(13, True)]
 
 
 def test_a_draft_the_batch_had_no_room_for_is_not_counted():
