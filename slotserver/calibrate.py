@@ -23,15 +23,22 @@ from typing import Callable, TypeVar
 
 from slotserver.engine import Engine, EngineConfig
 from slotserver.scheduler import BatchEntry, BatchPlan
-from slotserver.verify_costs import VerifyProfile, suffix_min
+from slotserver.verify_costs import VerifyProfile
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-PROFILE_FORMAT = 1  # bump when what is measured changes: old cache files are then measured over
+PROFILE_FORMAT = 2  # bump when what is measured changes: old cache files are then measured over
 DEPTH = 256  # cached tokens before each timed decode: a typical prompt
 DEEP = 1024  # a second depth, for the attention term
-ROWS = (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64)  # ggml's kernels change with the batch size
+# Every row count up to a 64-token draft's 65 rows, not a sample of them: ggml's CPU matrix kernels
+# (with weight repacking) take the rows four at a time and each row left over costs almost a
+# one-row decode. Gemma 3 here: 4 rows 30.3 ms, 5 rows 43.6, 8 rows 38.8; 16 rows 53.0, 17 rows
+# 66.2; 64 rows 161.0, 65 rows 184.2 (SmolLM2: 64 rows 154.8, 65 rows 165.7). The sampled table
+# (1-6, 8, 12, 16, 24, 32, 48, 64) interpolated 65 rows at 162 ms, so a 64-token draft looked
+# cheaper per token than a 63-token one and the selection verified 65 rows.
+ROWS = tuple(range(1, 66))
+PROGRESS_EVERY = 8  # row counts between two progress lines
 N_SEQS = 4  # the per-sequence term: this many sequences of one row against one of this many rows
 
 
@@ -45,11 +52,13 @@ def filler(engine: Engine) -> int:
     return engine.vocab.bos if engine.vocab.bos >= 0 else 0
 
 
-def time_decode(engine: Engine, n_rows: int, n_seq: int, repeats: int, depth: int, seq0: int = 0) -> float:
+def time_decode(engine: Engine, n_rows: int, n_seq: int, repeats: int, depth: int, seq0: int = 0,
+                warm: bool = True) -> float:
     """Seconds of one decode of ``n_rows`` output rows in each of ``n_seq`` sequences (ids from
-    ``seq0``) after ``depth`` cached tokens each: the fastest of ``repeats`` runs after a warm-up, since
-    whatever else runs on the machine only ever adds time (one busy moment made a 32-row decode
-    cost 1.2 s instead of 0.2 s). Leaves the sequences empty."""
+    ``seq0``) after ``depth`` cached tokens each: the fastest of ``repeats`` runs after a warm-up
+    (``warm``: not needed once a larger decode has run), since whatever else runs on the machine
+    only ever adds time (one busy moment made a 32-row decode cost 1.2 s instead of 0.2 s). Leaves
+    the sequences empty."""
     token = filler(engine)
     seqs = range(seq0, seq0 + n_seq)
     room = min(engine.n_ctx // n_seq, engine.n_ctx_slot)  # cells per sequence (a slot's stream without -kvu)
@@ -58,7 +67,7 @@ def time_decode(engine: Engine, n_rows: int, n_seq: int, repeats: int, depth: in
         engine.decode(BatchPlan([BatchEntry(s, 0, [token] * depth, False) for s in seqs]))
     plan = BatchPlan([BatchEntry(s, depth, [token] * n_rows, True) for s in seqs])
     times = []
-    for _ in range(repeats + 1):
+    for _ in range(repeats + warm):
         t0 = time.perf_counter()
         engine.decode(plan)
         times.append(time.perf_counter() - t0)
@@ -66,7 +75,7 @@ def time_decode(engine: Engine, n_rows: int, n_seq: int, repeats: int, depth: in
             engine.remove(s, depth)
     for s in seqs:
         engine.remove(s, 0)
-    return min(times[1:])
+    return min(times[1:] if warm else times)
 
 
 def warm_up(engine: Engine, n_rows: int) -> float:
@@ -87,10 +96,12 @@ def measure(engine: Engine, progress=log.info) -> VerifyProfile:
     room = min(engine.config.n_batch, engine.n_ctx_slot - DEPTH - 2)
     rows = tuple(r for r in ROWS if r <= room) or (1,)
     t_rows = []
+    warm_up(engine, rows[-1])  # touches the output rows the row counts below will use, once
     for i, n in enumerate(rows):
-        t_rows.append(time_decode(engine, n, 1, repeats_for(n), DEPTH))
-        progress("calibrating verify costs (%d/%d): %d output rows: %.1f ms", i + 1, len(rows) + 2, n,
-                 t_rows[-1] * 1e3)
+        t_rows.append(time_decode(engine, n, 1, repeats_for(n), DEPTH, warm=False))
+        if n % PROGRESS_EVERY == 0 or i == len(rows) - 1:
+            progress("calibrating verify costs (%d/%d): %d output rows: %.1f ms", i + 1, len(rows) + 2, n,
+                     t_rows[-1] * 1e3)
     n_seqs = min(N_SEQS, engine.config.n_parallel)
     t_seq = 0.0
     if n_seqs > 1:
@@ -102,7 +113,7 @@ def measure(engine: Engine, progress=log.info) -> VerifyProfile:
     t_input, t_depth = _depth_terms(engine, dict(zip(rows, t_rows)))
     progress("calibrating verify costs (%d/%d): %.3f ms per prompt row, %.2f ms per 1000 cached tokens "
              "per output row", len(rows) + 2, len(rows) + 2, t_input * 1e3, t_depth * 1e6)
-    return VerifyProfile(rows, tuple(suffix_min(t_rows)), t_seq, t_input, t_depth, DEPTH)
+    return VerifyProfile(rows, tuple(t_rows), t_seq, t_input, t_depth, DEPTH)
 
 
 def _depth_terms(engine: Engine, t_rows: dict[int, float]) -> tuple[float, float]:

@@ -6,8 +6,11 @@ and with a large vocabulary the output projection is most of a row's cost (Gemma
 CPU, this model and these settings, not on a rule of thumb, so ``calibrate.py`` measures it:
 
 - ``t_rows_s[i]``: one sequence, ``rows[i]`` output rows, after ``depth`` cached tokens. Not linear
-  and not even monotonic (ggml picks kernels by batch size), so it is a table, read by linear
-  interpolation between measured row counts and extrapolated with the last slope beyond them;
+  and not even monotonic: ggml's CPU kernels take the rows four at a time and a row left over costs
+  almost a one-row decode (Gemma 3: 16 rows 53 ms, 17 rows 66 ms), so ``calibrate`` measures every
+  row count up to 65 and the selection sees the saw-tooth. Between measured row counts (a table of
+  an older format, or a test's) it is read by linear interpolation; beyond the last it repeats the
+  last ``PERIOD`` rows' pattern, each period dearer by what the last period cost;
 - ``t_seq_s``: each further sequence in the same decode, at the same total rows;
 - ``t_input_row_s``: a row that is no output (a prompt chunk in the same step);
 - ``t_depth_row_s``: attention: each output row costs this much more per cached token of its
@@ -28,16 +31,9 @@ from dataclasses import asdict, dataclass
 MIN_STEP_SHARE = 0.5
 # Weight of a decode time measured while serving in the running average of its row count's time.
 OBSERVE_WEIGHT = 0.05
-
-
-def suffix_min(times: list[float]) -> list[float]:
-    """Each time at most every time measured for more rows: a decode of more rows costing less is
-    possible (kernel choice) but a spike ten times the neighbours' is another process's doing, and
-    the selection can always verify more rows of a draft than it needs."""
-    out = list(times)
-    for i in range(len(out) - 2, -1, -1):
-        out[i] = min(out[i], out[i + 1])
-    return out
+# Beyond the table the cost repeats the pattern of the last this many rows (a multiple of the
+# kernels' four rows), each period dearer by what the last one added.
+PERIOD = 16
 
 
 @dataclass(slots=True)
@@ -93,7 +89,13 @@ class VerifyProfile:
             return ts[i]
         if len(rows) == 1:  # one measured row count: every further row as dear as the first
             return ts[0] * n_rows
-        if i == len(rows):  # beyond the table: the last measured slope
+        last = rows[-1]
+        if i == len(rows) and last > PERIOD and rows[-PERIOD - 1 :] == tuple(range(last - PERIOD, last + 1)):
+            # beyond a dense table: the same row count modulo PERIOD in the last period, plus one
+            # period's increase per period further out
+            m = -(-(n_rows - last) // PERIOD)
+            return self.t_out(n_rows - m * PERIOD) + m * (ts[-1] - ts[-PERIOD - 1])
+        if i == len(rows):  # beyond a sparse table: the last measured slope
             i -= 1
         (r0, t0), (r1, t1) = (rows[i - 1], ts[i - 1]), (rows[i], ts[i])
         return t0 + (t1 - t0) * (n_rows - r0) / (r1 - r0)

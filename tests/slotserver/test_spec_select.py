@@ -115,11 +115,31 @@ def test_best_rate_orders_offers_by_what_they_are_worth():
     assert sel.best_rate([1.0] * 32, GEMMA) > sel.best_rate([0.9] * 4, GEMMA) > sel.best_rate([0.1], GEMMA)
 
 
-def test_noise_spikes_are_capped_and_serving_refines_the_table():
-    from slotserver.verify_costs import OBSERVE_WEIGHT, suffix_min
+def saw_tooth(n_rows: int) -> float:
+    """Gemma 3's measured shape: rows four at a time (2 ms per row), each row left over 13 ms."""
+    return 0.030 + 0.002 * (n_rows // 4 * 4) + 0.013 * (n_rows % 4)
 
-    # A busy moment made 3 rows cost 448 ms between 52 and 47 ms: capped; a real 5 > 6 bump too.
-    assert suffix_min([0.015, 0.052, 0.448, 0.047, 0.07, 0.056]) == [0.015, 0.047, 0.047, 0.047, 0.056, 0.056]
+
+def test_a_dense_table_keeps_the_saw_tooth_and_repeats_it_beyond_its_end():
+    rows = tuple(range(1, 66))
+    p = VerifyProfile(rows=rows, t_rows_s=tuple(saw_tooth(r) for r in rows), t_seq_s=0, t_input_row_s=0,
+                      t_depth_row_s=0, depth=256)
+    assert p.t_out(17) > p.t_out(20) and p.t_out(65) > p.t_out(64)  # not smoothed away
+    period = saw_tooth(65) - saw_tooth(49)
+    assert p.t_out(66) == pytest.approx(saw_tooth(50) + period)  # 66 = 50 + 16: the same remainder
+    assert p.t_out(96) == pytest.approx(saw_tooth(64) + 2 * period)
+    assert p.t_out(97) > p.t_out(96) < p.t_out(95)
+    # The oracle's choice: all 64 tokens of a sure draft would be 65 rows; 63 tokens (64 rows) yield
+    # more per second, since the 65th row costs 13 ms for one token.
+    assert sel.choose([sel.Offer([1.0] * 64, 256)], p) == [63]
+    # Four sure drafts in one cache: the step's total rows end on a multiple of four.
+    counts = sel.choose([sel.Offer([1.0] * 10, 256) for _ in range(4)], p)
+    assert (4 + sum(counts)) % 4 == 0
+
+
+def test_serving_refines_the_table():
+    from slotserver.verify_costs import OBSERVE_WEIGHT
+
     p = VerifyProfile(rows=(1, 2), t_rows_s=(0.02, 0.03), t_seq_s=0, t_input_row_s=0, t_depth_row_s=1e-6, depth=256)
     p.observe(1, 0.04, depth_rows=0)
     assert p.t_rows_s[0] == pytest.approx(0.02 + OBSERVE_WEIGHT * 0.02)
