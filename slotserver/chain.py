@@ -50,12 +50,15 @@ Key = tuple[str, str]  # (drafter type name, the drafter's tag for that kind of 
 
 class _Unverified(NamedTuple):
     """A slot's last draft call (``_learn_rivals``): the context it followed (length, last token),
-    the drafts nothing will verify, and the winner's tokens (scored too if the step cuts it to nothing)."""
+    the drafts nothing will verify, the winner's tokens, whole (scored too if the step cuts it to
+    nothing), and ``tail``: (key, n) when the step verified only the winner's first n tokens and
+    accepted them all, so the token the target sampled next scores the winner's position n."""
 
     n_ctx: int
     last: int
     drafts: list[tuple[Key, list[int]]]
     winner: list[int]
+    tail: tuple[Key, int] | None = None
 
 
 @dataclass(slots=True)
@@ -178,7 +181,7 @@ class DraftChain:
         self._last[slot] = (best[1], len(best[2]), best[3])
         if expected:
             self._rivals[slot] = _Unverified(len(history), last_token, [o for o in offered if o[1] is not best[2]],
-                                             best[2])
+                                             list(best[2]))  # a copy: the step cuts the draft it got
         return best[2]
 
     def _learn_rivals(self, slot: int, history: Sequence[int], last_token: int) -> None:
@@ -188,13 +191,23 @@ class DraftChain:
         if rivals is None:
             return
         n_ctx, last, drafts = rivals.n_ctx, rivals.last, rivals.drafts
-        if not drafts or len(history) <= n_ctx or history[n_ctx] != last:
+        if (not drafts and rivals.tail is None) or len(history) <= n_ctx or history[n_ctx] != last:
             return
         truth = list(history[n_ctx + 1 : n_ctx + 1 + sel.BIN_EDGES[-1]]) + [last_token]
         for key, tokens in drafts:
             n, m = min(len(tokens), len(truth)), common_prefix(tokens, truth)
             self._global.setdefault(key, sel.Counts()).update(n, m, sel.GLOBAL_DECAY)
             self._slot.setdefault((slot, key), sel.Counts()).update(n, m, sel.SLOT_DECAY)
+        if rivals.tail is not None:
+            # The verified part was counted by accept(); the first position the step cut off is
+            # known now too. Without it a slot whose drafts kept being cut to one token (Gemma's
+            # free, after a first draft rejected at its second token) never tried a second one
+            # again, and verified one-token drafts for the rest of its answer (offline replay).
+            key, start = rivals.tail
+            tokens = rivals.winner
+            n, m = min(len(tokens), len(truth)), common_prefix(tokens, truth)
+            self._global.setdefault(key, sel.Counts()).extend(start, n, m)
+            self._slot.setdefault((slot, key), sel.Counts()).extend(start, n, m)
 
     def confidence(self, slot: int) -> list[float]:
         """Cumulative acceptance probabilities of the slot's current draft (``spec_select``), as
@@ -295,6 +308,9 @@ class DraftChain:
         self._probe.setdefault((slot, key), sel.Probe()).verified(n_verified, n_accepted, sel.probe_rows(self.profile))
         if self.profile is not None:
             self._saved[slot] = self._saved.get(slot, 0.0) + sel.saved_s(self.profile, n_verified, n_accepted)
+        rivals = self._rivals.get(slot)
+        if rivals is not None and n_accepted == n_verified < len(rivals.winner):
+            self._rivals[slot] = rivals._replace(tail=(key, n_verified))
         t0 = time.perf_counter()
         for name, d in self.drafters:
             if name == winner and hasattr(d, "cut"):

@@ -100,6 +100,16 @@ class Counts:
             if pos < n_accepted:
                 acc[b] += 1.0
 
+    def extend(self, start: int, n_known: int, n_accepted: int) -> None:
+        """Positions ``start``.. of a draft counted as ``update`` would (``n_known`` of its tokens
+        scored, the first ``n_accepted`` right), without decaying: the positions before ``start``
+        were counted, and decayed, when they were verified."""
+        for pos in range(start, min(n_accepted + 1, n_known)):
+            b = bin_of(pos)
+            self.tried[b] += 1.0
+            if pos < n_accepted:
+                self.acc[b] += 1.0
+
     def add(self, other: Counts) -> None:
         for b in range(N_BINS):
             self.acc[b] += other.acc[b]

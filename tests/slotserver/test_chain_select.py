@@ -308,6 +308,30 @@ def test_a_winner_cut_to_nothing_is_scored_like_a_rival_a_verified_one_is_not_sc
     assert c.tried[0] == pytest.approx(1.0 * sel.GLOBAL_DECAY + 1.0)  # once by accept, not again
 
 
+def test_the_first_position_a_step_cut_off_is_scored_by_the_token_the_target_sampled():
+    """A draft cut to one token, accepted: the target's next token says whether the draft's second
+    token was right, so bin 1 learns even while the step keeps verifying one token."""
+    chain = DraftChain([("ngram-mod", Script([5, 6, 7]))], select="expected", profile=GEMMA)
+    chain.begin(0, [1])
+    draft = chain.draft(0, [1, 2], 3, LIMITS)
+    chain.selected(0, 1)
+    del draft[1:]  # the step cuts the draft it was handed
+    chain.accept(0, 1, 1)
+    c = chain._global[("ngram-mod", "")]
+    assert (c.tried[1], c.acc[1]) == (0.0, 0.0)
+    chain.draft(0, [1, 2, 3, 5], 6, LIMITS)  # the target accepted 5 and sampled 6: position 1 right
+    assert (c.tried[0], c.acc[0], c.tried[1], c.acc[1], c.tried[2]) == (1.0, 1.0, 1.0, 1.0, 0.0)
+    own = chain._slot[(0, ("ngram-mod", ""))]
+    assert (own.tried[1], own.acc[1]) == (1.0, 1.0)
+    # Rejected within the verified part: the cut-off tail says nothing (its position was not reached).
+    draft = chain.draft(0, [1, 2, 3, 5, 6], 7, LIMITS)
+    chain.selected(0, 2)
+    del draft[2:]
+    chain.accept(0, 2, 0)
+    chain.draft(0, [1, 2, 3, 5, 6, 7], 9, LIMITS)
+    assert c.tried[2] == 0.0
+
+
 def test_drafters_compete_on_what_the_slot_may_risk_verifying():
     """A slot whose drafts cost more than they saved may risk only a probe's length, so a long
     draft that would be cut to that length is worth no more than a short one: the tie goes by
