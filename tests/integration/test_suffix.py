@@ -96,7 +96,10 @@ async def test_props_and_metrics_show_the_global_structure(srv, base):
 async def test_restart_with_suffix_file_drafts_from_the_first_request(tmp_path):
     path = tmp_path / "global.sssuffix"
     argv = ["-c", "2048", "-np", "1", "--spec-type", "suffix", "--spec-suffix-file", str(path)]
-    wl = BY_NAME["free"]  # its own text drafts little on a fresh server
+    # Its own text drafts about half of it on a fresh server. (free, used before, now flips at a
+    # near-tie in its fourth token when the restarted server verifies it in a four-row batch: the
+    # lossless tests' numerical exception, and then nothing learned matches.)
+    wl = BY_NAME["goldcoin"]
 
     async def once(args: list[str]) -> dict:
         s = await LiveServer(args).start()
@@ -111,7 +114,7 @@ async def test_restart_with_suffix_file_drafts_from_the_first_request(tmp_path):
     fresh = await once(argv[:-2])
     got, cold = again["timings"].get("draft_n_accepted", 0), fresh["timings"].get("draft_n_accepted", 0)
     print(f"restarted {again['timings']}\nfresh {fresh['timings']}")
-    # The restarted server drafts the output it learned before the restart (measured: 101 accepted
-    # against 57 from the text's own repeats on a server without the file).
+    # The restarted server drafts the output it learned before the restart (measured: 119 accepted
+    # against 63 from the text's own repeats on a server without the file).
     assert got >= cold + N_PREDICT // 5, (again["timings"], fresh["timings"])
 
