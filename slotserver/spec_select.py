@@ -94,16 +94,12 @@ class Counts:
         for b in range(N_BINS):
             acc[b] *= decay
             tried[b] *= decay
-        for pos in range(min(n_accepted + 1, n_verified)):
-            b = bin_of(pos)
-            tried[b] += 1.0
-            if pos < n_accepted:
-                acc[b] += 1.0
+        self.extend(0, n_verified, n_accepted)
 
     def extend(self, start: int, n_known: int, n_accepted: int) -> None:
-        """Positions ``start``.. of a draft counted as ``update`` would (``n_known`` of its tokens
-        scored, the first ``n_accepted`` right), without decaying: the positions before ``start``
-        were counted, and decayed, when they were verified."""
+        """Positions ``start``.. of a draft counted as ``update`` counts them all (``n_known`` of its
+        tokens scored, the first ``n_accepted`` right), without decaying: the positions before
+        ``start`` were counted, and decayed, when they were verified."""
         for pos in range(start, min(n_accepted + 1, n_known)):
             b = bin_of(pos)
             self.tried[b] += 1.0

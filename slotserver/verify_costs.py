@@ -90,7 +90,8 @@ class VerifyProfile:
         if len(rows) == 1:  # one measured row count: every further row as dear as the first
             return ts[0] * n_rows
         last = rows[-1]
-        if i == len(rows) and last > PERIOD and rows[-PERIOD - 1 :] == tuple(range(last - PERIOD, last + 1)):
+        # rows ascend and are distinct: the last PERIOD + 1 are consecutive iff they span PERIOD
+        if i == len(rows) and len(rows) > PERIOD and rows[-PERIOD - 1] == last - PERIOD:
             # beyond a dense table: the same row count modulo PERIOD in the last period, plus one
             # period's increase per period further out
             m = -(-(n_rows - last) // PERIOD)
