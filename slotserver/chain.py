@@ -101,6 +101,8 @@ class DraftChain:
         self._probe: dict[tuple[int, Key], sel.Probe] = {}
         # slot -> seconds its verified drafts saved this request, plus RISK_SHARE of a plain step a step
         self._saved: dict[int, float] = {}
+        # slot -> seconds it may still spend on probes (PROBE_SHARE of a plain step per step)
+        self._credit: dict[int, float] = {}
         # slot -> its last draft call's unverified drafts, until the next call shows what came after
         self._rivals: dict[int, _Unverified] = {}
 
@@ -117,6 +119,7 @@ class DraftChain:
     def begin(self, slot: int, prompt: Sequence[int]) -> None:
         self._last.pop(slot, None)
         self._saved.pop(slot, None)
+        self._credit.pop(slot, None)
         self._rivals.pop(slot, None)
         for key in [k for k in self._slot if k[0] == slot]:
             del self._slot[key]
@@ -147,6 +150,7 @@ class DraftChain:
             return []
         if self.profile is not None:  # each step of the slot's widens what it may risk (RISK_SHARE)
             self._saved[slot] = self._saved.get(slot, 0.0) + sel.RISK_SHARE * self.profile.step(1)
+            self._credit[slot] = self._credit.get(slot, 0.0) + sel.PROBE_SHARE * self.profile.step(1)
         expected = (limits.select or self.select) == "expected" and self.profile is not None
         best: tuple[float, Key, list[int], list[float] | None] | None = None
         # Drafts compete as far as the slot may risk verifying them: risk_cap(n) = min(n, risk_cap(n_max)).
@@ -209,6 +213,13 @@ class DraftChain:
             self._global.setdefault(key, sel.Counts()).extend(start, n, m)
             self._slot.setdefault((slot, key), sel.Counts()).extend(start, n, m)
 
+    def _probe_due(self, slot: int, probe: sel.Probe | None) -> bool:
+        """Whether the slot's next draft of a kind is a probe: its denials say so (``Probe.due``) and
+        the slot's probe credit covers a probe's cost (``spec_select.PROBE_SHARE``)."""
+        if probe is None or not probe.due():
+            return False
+        return self.profile is None or self._credit.get(slot, 0.0) >= sel.probe_cost(self.profile)
+
     def confidence(self, slot: int) -> list[float]:
         """Cumulative acceptance probabilities of the slot's current draft (``spec_select``), as
         many as the slot may risk verifying (``spec_select.risk_cap``)."""
@@ -225,7 +236,7 @@ class DraftChain:
         glob = self._global.get(key) or sel.Counts()
         own = self._slot.get((slot, key))
         probe = self._probe.get((slot, key))
-        n_sure = sel.probe_rows(self.profile) if probe is not None and probe.due() else 0
+        n_sure = sel.probe_rows(self.profile) if self._probe_due(slot, probe) else 0
         if hint is not None:
             p = glob.position_probs(hint[:n], sel.PRIOR_WEIGHT)
             if own is not None:
@@ -267,8 +278,10 @@ class DraftChain:
             rivals = self._rivals.get(slot)
             if rivals is not None:  # not verified: scored like a rival's
                 rivals.drafts.append((key, list(rivals.winner)))  # a copy: the step cuts the draft it got
-        elif probe.due():
+        elif self._probe_due(slot, probe):
             probe.probing = True
+            if self.profile is not None:
+                self._credit[slot] = self._credit.get(slot, 0.0) - sel.probe_cost(self.profile)
 
     def uses_model(self, limits: DraftLimits) -> bool:
         """Whether a request with ``limits`` may draft with the draft model at all."""

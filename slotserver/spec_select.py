@@ -42,10 +42,15 @@ verified: 0.97x no speculation with the whole chain, 1.80x with ngram-mod alone,
 **Probes.** A slot whose drafts of a kind keep being cut to nothing would never learn that they
 started paying; after ``PROBE_MIN`` denials in a row (doubling while probes fail, up to
 ``PROBE_MAX``) its next draft of that kind is verified for ``probe_rows`` tokens regardless: as
-many (up to ``PROBE_ROWS``) as cost at most ``PROBE_COST`` plain steps more than a plain step. On
-SmolLM2 four probe tokens cost 2.3 plain steps, so on a workload where no draft pays the probes
-alone cost it 3-5%; one token costs 0.07 and tells whether the first position is accepted again,
-from which longer drafts grow. Gemma 3 probes with 3.
+many (up to ``PROBE_ROWS``) as cost at most ``PROBE_COST`` plain steps more than a plain step, and
+never fewer than pay at all. Probes are paid from a per-slot credit of ``PROBE_SHARE`` of a plain
+step per step, whatever kind they probe: a probe waits until the slot can afford it. On this
+machine's profiles one probe token costs 0.87 plain steps on SmolLM2 and a two-token probe 1.46 on
+Gemma 3 (the second row of a step costs nearly a whole step), and every (drafter, tag) probed on
+its own schedule: with the whole chain, a short SmolLM2 answer where nothing repeats (humaneval0,
+103 tokens) verified about ten failed probes of six kinds, 9% of its time (offline replay). The
+chain scores drafts it did not verify anyway (``chain._learn_rivals``), so a probe is rarely what
+notices that drafts pay again.
 
 Pure code, no llama.cpp: the chain keeps the estimates, ``drafting.py`` runs the selection.
 """
@@ -70,6 +75,7 @@ PROBE_MIN = 4
 PROBE_MAX = 256
 PROBE_ROWS = 4  # the most tokens a probe verifies (and the fewest the risk cap allows)
 PROBE_COST = 0.5  # plain steps a probe may cost beyond the plain step it rides on
+PROBE_SHARE = 0.01  # of a plain step, per step of a slot: what its probes may cost in all
 RISK_STEPS = 8.0  # plain one-row steps a slot's draft may risk before its drafts have paid for more
 RISK_SHARE = 0.05  # and this share of a plain step more for every step the slot has taken
 
@@ -206,6 +212,11 @@ def probe_rows(profile: VerifyProfile | None) -> int:
     if profile is None:
         return PROBE_ROWS
     return _most_tokens(profile, min_paying(profile), PROBE_ROWS, PROBE_COST * profile.step(1))
+
+
+def probe_cost(profile: VerifyProfile) -> float:
+    """Seconds a probe's step costs beyond a plain step."""
+    return profile.step(1 + probe_rows(profile)) - profile.step(1)
 
 
 def min_paying(profile: VerifyProfile) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from slotserver import spec_select as sel
@@ -111,23 +113,32 @@ def test_a_drafter_without_other_kinds_starts_from_the_prior():
     assert chain.confidence(0)[0] == pytest.approx(sel.PRIOR_P)
 
 
-def test_drafts_cut_to_nothing_are_skipped_then_probed():
+def test_drafts_cut_to_nothing_are_skipped_then_probed_when_the_slot_can_afford_it():
     chain = DraftChain([("ngram-mod", Fixed([4] * 8))], profile=GEMMA)
     chain.begin(0, [1])
     for _ in range(4):
         run(chain, 0, lambda n: 0)  # the slot's drafts fail: its estimates fall
-    for _ in range(sel.PROBE_MIN):
+    # A probe costs more than a plain step on this profile; the slot earns PROBE_SHARE of one a step.
+    steps_to_afford = math.ceil(sel.probe_cost(GEMMA) / (sel.PROBE_SHARE * GEMMA.step(1)))
+    n_denied = 0
+    while True:
         chain.draft(0, [1], 1, LIMITS)
+        if chain.confidence(0)[0] == 1.0:
+            break
         assert chain.confidence(0)[0] < 0.5
         chain.selected(0, 0)  # the step verified none of it
         chain.accept(0, 0, 0)
-    assert chain.stats["ngram-mod"].n_skipped == sel.PROBE_MIN
-    chain.draft(0, [1], 1, LIMITS)
+        n_denied += 1
+    assert chain.stats["ngram-mod"].n_skipped == n_denied
+    n_steps = 4 + n_denied + 1  # the step of the probe: PROBE_MIN denials past, and the credit earned
+    assert n_steps == max(4 + sel.PROBE_MIN + 1, steps_to_afford) and steps_to_afford > 4 + sel.PROBE_MIN + 1
     n_probe = sel.probe_rows(GEMMA)
     assert chain.confidence(0)[:n_probe] == [1.0] * n_probe  # a probe is due
     chain.selected(0, n_probe)
     chain.accept(0, n_probe, 0)  # the probe failed: the next one waits twice as long
     assert chain._probe[(0, ("ngram-mod", ""))].next_at == 2 * sel.PROBE_MIN
+    chain.draft(0, [1], 1, LIMITS)  # and its cost was taken from the slot's credit
+    assert chain._credit[0] < sel.probe_cost(GEMMA)
 
 
 def test_begin_forgets_the_slot_but_not_the_drafter():
