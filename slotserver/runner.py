@@ -12,6 +12,8 @@ Threads and what each owns:
   chain and its drafters, the engine (llama context, batch, samplers), ``stats``, persistence, and
   every job from its submit to its final event. A step drains the inbox first, then ends jobs past their
   deadline, admits (only what the shared KV cache can hold), then plan -> draft -> decode -> apply.
+  Steps run back to back in turns (``_steps``), each step's events handed to the event loop
+  (``call_soon_threadsafe``) as it ends.
 
 Failure isolation: an exception while starting, drafting or applying one slot's work ends that
 request alone (``GenerationFailed``, its slot's KV dropped); a failed ``llama_decode`` is retried
@@ -62,6 +64,7 @@ def engine_thread() -> ThreadPoolExecutor:
 
 KV_FULL = 1  # llama_decode: no KV slot for the batch (the context is unchanged)
 SUBMIT, CANCEL = "submit", "cancel"
+TURN_S = 0.05  # the longest the engine steps without letting other engine-thread jobs run
 
 
 class Runner:
@@ -131,9 +134,7 @@ class Runner:
                 if not self._has_work():
                     self._wake.clear()
                     await self._wake.wait()
-                outbox = await loop.run_in_executor(self._executor, self._step)
-                self._deliver(outbox)
-                await asyncio.sleep(0)  # let handlers submit and cancel between steps
+                await loop.run_in_executor(self._executor, self._steps, loop)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -173,6 +174,19 @@ class Runner:
         self._executor.shutdown(wait=True)
 
     # -- called on the engine thread -----------------------------------------------------------
+    def _steps(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Steps back to back while there is work, for at most ``TURN_S`` (other engine-thread jobs,
+        ``on_engine_thread``, wait meanwhile); each step's events go to the event loop as it ends.
+        A round trip through the event loop between steps left the engine idle 0.2 ms a step
+        (SmolLM2: 3.5% of a 6.3 ms step), which llama-server does not pay."""
+        t_end = time.perf_counter() + TURN_S
+        while True:
+            outbox = self._step()
+            if outbox:
+                loop.call_soon_threadsafe(self._deliver, outbox)
+            if not self._has_work() or time.perf_counter() >= t_end:
+                return
+
     def _step(self) -> Outbox:
         t_step = time.perf_counter()
         out: Outbox = []
