@@ -148,9 +148,8 @@ class DraftChain:
         self._learn_rivals(slot, history, last_token)
         if limits.n_max <= 0:
             return []
-        if self.profile is not None:  # each step of the slot's widens what it may risk (RISK_SHARE)
-            self._saved[slot] = self._saved.get(slot, 0.0) + sel.RISK_SHARE * self.profile.step(1)
-            self._credit[slot] = self._credit.get(slot, 0.0) + sel.PROBE_SHARE * self.profile.step(1)
+        if self.profile is not None:
+            self._accrue(slot)
         expected = (limits.select or self.select) == "expected" and self.profile is not None
         best: tuple[float, Key, list[int], list[float] | None] | None = None
         # Drafts compete as far as the slot may risk verifying them: risk_cap(n) = min(n, risk_cap(n_max)).
@@ -187,6 +186,13 @@ class DraftChain:
             self._rivals[slot] = _Unverified(len(history), last_token, [o for o in offered if o[1] is not best[2]],
                                              list(best[2]))  # a copy: the step cuts the draft it got
         return best[2]
+
+    def _accrue(self, slot: int) -> None:
+        """Each step of the slot's widens what it may risk (``RISK_SHARE``) and spend on probes
+        (``PROBE_SHARE``), both in plain steps of the profile."""
+        t1 = self.profile.step(1)
+        self._saved[slot] = self._saved.get(slot, 0.0) + sel.RISK_SHARE * t1
+        self._credit[slot] = self._credit.get(slot, 0.0) + sel.PROBE_SHARE * t1
 
     def _learn_rivals(self, slot: int, history: Sequence[int], last_token: int) -> None:
         """Score the drafts of the slot's last draft call that nothing verified against what the

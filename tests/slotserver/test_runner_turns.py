@@ -16,8 +16,8 @@ from tests.slotserver.test_runner_limits import make_job
 class FakeSteps:
     """Stands in for ``Runner._step``/``_has_work``: ``n`` steps of work, one event each, the last final."""
 
-    def __init__(self, runner: Runner, job, n: int | None) -> None:
-        self.runner, self.job, self.n, self.done = runner, job, n, 0
+    def __init__(self, job, n: int | None) -> None:
+        self.job, self.n, self.done = job, n, 0
         self.threads: set[str] = set()
         self.stop = threading.Event()  # n=None: work until told to stop
 
@@ -36,7 +36,7 @@ def fake_runner(n: int | None):
     job = make_job()
     runner.submit(job)
     runner._inbox.get_nowait()  # the fake steps stand for the engine's handling of it
-    fake = FakeSteps(runner, job, n)
+    fake = FakeSteps(job, n)
     runner._step, runner._has_work = fake.step, fake.has_work
     return runner, job, fake
 
