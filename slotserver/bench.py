@@ -94,7 +94,11 @@ class Bench:
         self.stream_runs: list[StreamRun] = []
 
     def body(self, config: Config, wl: dict) -> dict:
-        return request_body(config, wl, self.oracle_tokens.get(wl["name"]))
+        """The request of ``config`` for ``wl``: the oracle drafts the output its run reproduces
+        (``settle_oracle``) once one is known, concurrent batches too, else the latest none run's."""
+        name = wl["name"]
+        tokens = self.oracle_fixed.get(name) if config.kind == ORACLE else None
+        return request_body(config, wl, tokens or self.oracle_tokens.get(name))
 
     async def scrape(self, config: Config) -> dict[str, float] | None:
         if not (config.is_ours and self.metrics):
@@ -110,8 +114,6 @@ class Bench:
         if config.kind == ORACLE:
             await self.settle_oracle(config, wl)
         body = self.body(config, wl)
-        if config.kind == ORACLE and wl["name"] in self.oracle_fixed:
-            body["speculative.oracle"] = self.oracle_fixed[wl["name"]]
         before = await self.scrape(config)
         t0 = time.perf_counter()
         out = await post(self.http, config.url, body)
@@ -131,7 +133,7 @@ class Bench:
         flipped run's output instead reproduces it up to the flip and moves the next flip further
         on; a few rounds reach an output that is drafted whole, the ceiling of the output the
         server really produces under speculation."""
-        ref = self.oracle_fixed.get(wl["name"]) or self.oracle_tokens.get(wl["name"])
+        ref = self.body(config, wl)["speculative.oracle"]
         for _ in range(ORACLE_SETTLE_RUNS):
             out = await post(self.http, config.url, {**self.body(config, wl), "speculative.oracle": ref})
             if out.get("tokens") == ref:
