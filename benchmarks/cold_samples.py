@@ -14,7 +14,6 @@ workloads, each new to that server; it prints tokens/s per sample and the median
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
@@ -26,13 +25,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this checkout's slotserver
 
+# benchmarks/ is first on sys.path when this runs as a script
+from chain_replay import post
+
 from slotserver.bench import load_workloads
-
-
-def post(url: str, body: dict) -> dict:
-    req = urllib.request.Request(url + "/completion", json.dumps(body).encode(), {"Content-Type": "application/json"})
-    with urllib.request.urlopen(req) as resp:
-        return json.load(resp)
 
 
 def wait_healthy(url: str, proc: subprocess.Popen) -> None:
@@ -48,7 +44,7 @@ def wait_healthy(url: str, proc: subprocess.Popen) -> None:
 
 def tokens_per_second(url: str, wl: dict) -> float:
     body = {"prompt": wl["prompt"], "n_predict": wl["n_predict"], "temperature": 0.0, "cache_prompt": False}
-    return post(url, body)["timings"]["predicted_per_second"]
+    return post(url, "/completion", body)["timings"]["predicted_per_second"]
 
 
 def sample(args: argparse.Namespace, spec_type: str, workloads: dict[str, dict]) -> dict[str, float]:

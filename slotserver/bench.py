@@ -133,9 +133,10 @@ class Bench:
         flipped run's output instead reproduces it up to the flip and moves the next flip further
         on; a few rounds reach an output that is drafted whole, the ceiling of the output the
         server really produces under speculation."""
-        ref = self.body(config, wl)["speculative.oracle"]
+        body = self.body(config, wl)
+        ref = body["speculative.oracle"]
         for _ in range(ORACLE_SETTLE_RUNS):
-            out = await post(self.http, config.url, {**self.body(config, wl), "speculative.oracle": ref})
+            out = await post(self.http, config.url, {**body, "speculative.oracle": ref})
             if out.get("tokens") == ref:
                 break
             ref = out.get("tokens")
