@@ -99,8 +99,13 @@ class DraftChain:
         self._global: dict[Key, sel.Counts] = {}  # drafter-wide acceptance
         self._slot: dict[tuple[int, Key], sel.Counts] = {}  # a slot's acceptance, this request
         self._probe: dict[tuple[int, Key], sel.Probe] = {}
-        # slot -> seconds its verified drafts saved this request, plus RISK_SHARE of a plain step a step
+        # slot -> seconds its verified drafts saved this request, plus RISK_SHARE of a plain step a
+        # step since its first draft
         self._saved: dict[int, float] = {}
+        # slot -> steps of this request's answer before any drafter had a draft (spec_select.RISK_HALF),
+        # counted until that first draft
+        self._quiet: dict[int, int] = {}
+        self._drafted: set[int] = set()  # slots that have had a draft this request
         # slot -> seconds it may still spend on probes (PROBE_SHARE of a plain step per step)
         self._credit: dict[int, float] = {}
         # slot -> its last draft call's unverified drafts, until the next call shows what came after
@@ -121,6 +126,8 @@ class DraftChain:
         self._saved.pop(slot, None)
         self._credit.pop(slot, None)
         self._rivals.pop(slot, None)
+        self._quiet.pop(slot, None)
+        self._drafted.discard(slot)
         for key in [k for k in self._slot if k[0] == slot]:
             del self._slot[key]
             self._probe.pop(key, None)
@@ -153,7 +160,7 @@ class DraftChain:
         expected = (limits.select or self.select) == "expected" and self.profile is not None
         best: tuple[float, Key, list[int], list[float] | None] | None = None
         # Drafts compete as far as the slot may risk verifying them: risk_cap(n) = min(n, risk_cap(n_max)).
-        cap = sel.risk_cap(self.profile, self._saved.get(slot, 0.0), limits.n_max) if expected else 0
+        cap = self._risk_cap(slot, limits.n_max) if expected else 0
         offered: list[tuple[Key, list[int]]] = []
         for name, d in self.drafters:
             if limits.types is not None and name not in limits.types:
@@ -180,7 +187,13 @@ class DraftChain:
             if best is None or rate > best[0]:
                 best = (rate, key, tokens, hint)
         if best is None:
+            if slot not in self._drafted:
+                self._quiet[slot] = self._quiet.get(slot, 0) + 1
             return []
+        if slot not in self._drafted:
+            self._drafted.add(slot)
+            if self.profile is not None:
+                self._accrue(slot)  # its first step with a draft counts
         self._last[slot] = (best[1], len(best[2]), best[3])
         if expected:
             self._rivals[slot] = _Unverified(len(history), last_token, [o for o in offered if o[1] is not best[2]],
@@ -188,11 +201,23 @@ class DraftChain:
         return best[2]
 
     def _accrue(self, slot: int) -> None:
-        """Each step of the slot's widens what it may risk (``RISK_SHARE``) and spend on probes
-        (``PROBE_SHARE``), both in plain steps of the profile."""
+        """Each step of the slot's from its first draft of this request on widens what it may risk
+        (``RISK_SHARE``) and spend on probes (``PROBE_SHARE``), both in plain steps of the profile.
+        Steps before its first draft widen nothing: an answer that went on for a while with nothing
+        to draft is no likelier to repeat itself for it (``_risk_cap``)."""
+        if slot not in self._drafted:
+            return
         t1 = self.profile.step(1)
         self._saved[slot] = self._saved.get(slot, 0.0) + sel.RISK_SHARE * t1
         self._credit[slot] = self._credit.get(slot, 0.0) + sel.PROBE_SHARE * t1
+
+    def _risk_cap(self, slot: int, n: int) -> int:
+        """``spec_select.risk_cap`` for the slot's ``n``-token draft. Its base budget halves for every
+        ``RISK_HALF`` steps the answer went before its first draft: a short match that first turns
+        up 49 tokens into an answer with nothing to repeat is more often a common phrase than the
+        start of a copy. On SmolLM2's cold ``humaneval0`` two such 7-token drafts, trusted from
+        earlier repetitive requests, were rejected at their first token and cost 6% of the answer."""
+        return sel.risk_cap(self.profile, self._saved.get(slot, 0.0), n, self._quiet.get(slot, 0))
 
     def _learn_rivals(self, slot: int, history: Sequence[int], last_token: int) -> None:
         """Score the drafts of the slot's last draft call that nothing verified against what the
@@ -233,7 +258,7 @@ class DraftChain:
         if key is None:
             return []
         if self.profile is not None:
-            n = sel.risk_cap(self.profile, self._saved.get(slot, 0.0), n)
+            n = self._risk_cap(slot, n)
         return self._q(slot, key, n, hint)
 
     def _q(self, slot: int, key: Key, n: int, hint: list[float] | None = None) -> list[float]:

@@ -77,7 +77,8 @@ PROBE_ROWS = 4  # the most tokens a probe verifies (and the fewest the risk cap 
 PROBE_COST = 0.5  # plain steps a probe may cost beyond the plain step it rides on
 PROBE_SHARE = 0.01  # of a plain step, per step of a slot: what its probes may cost in all
 RISK_STEPS = 8.0  # plain one-row steps a slot's draft may risk before its drafts have paid for more
-RISK_SHARE = 0.05  # and this share of a plain step more for every step the slot has taken
+RISK_SHARE = 0.05  # and this share of a plain step more for every step the slot has drafted in
+RISK_HALF = 32.0  # steps of an answer without a draft that halve what its first draft may risk
 
 
 def bin_of(pos: int) -> int:
@@ -233,11 +234,13 @@ def saved_s(profile: VerifyProfile, n_verified: int, n_accepted: int) -> float:
     return (1 + n_accepted) * profile.step(1) - profile.step(1 + n_verified)
 
 
-def risk_cap(profile: VerifyProfile, saved: float, n: int) -> int:
+def risk_cap(profile: VerifyProfile, saved: float, n: int, quiet: int = 0) -> int:
     """How many of ``n`` draft tokens a slot may verify when its drafts have saved ``saved``
-    seconds in this request: the most whose extra cost over a plain step is within ``RISK_STEPS``
-    plain steps plus ``saved``, and never fewer than a probe's (``probe_rows``)."""
-    return _most_tokens(profile, min(probe_rows(profile), n), n, RISK_STEPS * profile.step(1) + saved)
+    seconds in this request and its answer went ``quiet`` steps before any drafter had a draft: the
+    most whose extra cost over a plain step is within ``RISK_STEPS`` plain steps (halved every
+    ``RISK_HALF`` quiet steps) plus ``saved``, and never fewer than a probe's (``probe_rows``)."""
+    base = RISK_STEPS * 0.5 ** (quiet / RISK_HALF)
+    return _most_tokens(profile, min(probe_rows(profile), n), n, base * profile.step(1) + saved)
 
 
 @dataclass(slots=True)

@@ -212,6 +212,31 @@ def test_a_request_risks_a_few_plain_steps_until_its_drafts_pay():
     assert len(chain.confidence(0)) == first
 
 
+def test_a_first_draft_late_in_an_answer_with_nothing_to_draft_risks_less():
+    """Steps before a slot's first draft halve its base budget every RISK_HALF of them and add no
+    RISK_SHARE: a short match late in an answer that repeated nothing is a common phrase more
+    often than a copy. A new request starts from the whole budget again."""
+    drafter = Script([])
+    chain = DraftChain([("ngram-mod", drafter)], profile=GEMMA)
+    chain.begin(0, [1])
+    quiet = 2 * int(sel.RISK_HALF)
+    for _ in range(quiet):
+        assert chain.draft(0, [1], 1, LIMITS) == []
+    drafter.next = [5] * 16
+    chain.draft(0, [1], 1, LIMITS)
+    late = len(chain.confidence(0))
+    assert late == sel.risk_cap(GEMMA, sel.RISK_SHARE * GEMMA.step(1), 16, quiet)  # the draft's own step accrues
+    assert sel.probe_rows(GEMMA) <= late < sel.risk_cap(GEMMA, 0.0, 16)
+    chain.accept(0, late, late)
+    for _ in range(2):
+        run(chain, 0, lambda n: n)
+    chain.draft(0, [1], 1, LIMITS)
+    assert len(chain.confidence(0)) > late  # what its drafts saved widens the cap as before
+    chain.begin(0, [1])
+    chain.draft(0, [1], 1, LIMITS)
+    assert len(chain.confidence(0)) == sel.risk_cap(GEMMA, sel.RISK_SHARE * GEMMA.step(1), 16)
+
+
 class Script:
     """Proposes whatever the test sets in ``.next`` (the same every call until changed)."""
 
