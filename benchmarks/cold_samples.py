@@ -9,11 +9,16 @@ workloads, each new to that server; it prints tokens/s per sample and the median
 
     python benchmarks/cold_samples.py --model PATH --types none,ngram-mod,suffix \\
         --before repeat,repeat_zh,code_edit,quote,goldcoin,chess --measure humaneval0,free --samples 3
+
+``--old DIR`` (a checkout of another commit, say ``git worktree add /tmp/old HEAD~1``) runs every
+speculative type from that checkout too, as ``TYPE@old``, alternating with this one's: an A/B of a
+change on the cold cells it is meant to move.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -47,12 +52,16 @@ def tokens_per_second(url: str, wl: dict) -> float:
     return post(url, "/completion", body)["timings"]["predicted_per_second"]
 
 
-def sample(args: argparse.Namespace, spec_type: str, workloads: dict[str, dict]) -> dict[str, float]:
+def sample(args: argparse.Namespace, config: str, workloads: dict[str, dict]) -> dict[str, float]:
+    """One fresh server of ``config`` (a speculative type, ``TYPE@old``: from ``--old``)."""
+    spec_type, _, side = config.partition("@")
+    tree = Path(args.old).resolve() if side else ROOT
     url = f"http://127.0.0.1:{args.port}"
     cmd = [sys.executable, "-m", "slotserver", "-m", args.model, "--port", str(args.port), "-np", "4",
            "-c", "8192", "--spec-type", spec_type]
+    env = {**os.environ, "PYTHONPATH": str(tree)}  # python -m also puts the working directory first
     with open(f"/tmp/cold_samples_{args.port}.log", "w") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, cwd=tree, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_healthy(url, proc)
         for name in args.before.split(","):
@@ -72,14 +81,17 @@ def main() -> None:
     ap.add_argument("--measure", default="humaneval0,free")
     ap.add_argument("--samples", type=int, default=3)
     ap.add_argument("--port", type=int, default=8510)
+    ap.add_argument("--old", default="", help="another checkout: its servers run every speculative type too (TYPE@old)")
     args = ap.parse_args()
     workloads = {w["name"]: w for w in load_workloads()}
     types = args.types.split(",")
+    if args.old:  # each type's old server right after its new one
+        types = [c for t in types for c in ([t] if t == "none" else [t, f"{t}@old"])]
     runs: dict[tuple[str, str], list[float]] = {}
     for i in range(1, args.samples + 1):
         for spec_type in types:  # alternating: every configuration sees the same drift of the machine
             tps = sample(args, spec_type, workloads)
-            print(f"sample {i} {spec_type:12s} " + "  ".join(f"{n} {v:6.1f}" for n, v in tps.items()), flush=True)
+            print(f"sample {i} {spec_type:14s} " + "  ".join(f"{n} {v:6.1f}" for n, v in tps.items()), flush=True)
             for name, v in tps.items():
                 runs.setdefault((name, spec_type), []).append(v)
     print("median tokens/s (x none):")
