@@ -17,6 +17,12 @@ same loop with every draft right. What it cannot show is overhead and noise: jud
 ``run`` replays a fresh chain per workload (truly cold), then 4 orders of the workloads (the given
 one and 3 shuffles) for 2 rounds each (cold within a server's life, then warm), and prints the
 % of the oracle and x no speculation per scenario and their geometric mean over all runs.
+
+``ceiling`` (same ``--outputs`` and ``--profile``) prints, per workload, the oracle and a *copy
+oracle*: it drafts the true continuation only as far as that is a copy of the prompt and output so
+far, and stops there, so no draft of it fails. Every n-gram drafter drafts copies, so on a cold
+request none reaches more of the oracle than the copy oracle does, and one that cannot see where a
+copy ends pays for the rows after it.
 """
 
 from __future__ import annotations
@@ -89,6 +95,53 @@ def replay(chain: DraftChain, profile: VerifyProfile, prompt: list[int], out: li
     return t, t_oracle, log
 
 
+def copy_length(context: list[int], truth: list[int], cap: int) -> int:
+    """How many tokens of ``truth`` (up to ``cap``) a drafter that only copies could draft after
+    ``context``: the longest prefix of ``truth`` that is a copy of tokens starting inside
+    ``context``, overlapping its own end as a repetition does (``ab`` then ``ababab``)."""
+    text, best, n = context + truth[:cap], 0, min(cap, len(truth))
+    for j in range(len(context)):
+        k = 0
+        while k < n and text[j + k] == truth[k]:
+            k += 1
+        if k > best:
+            best = k
+            if best == n:
+                break
+    return best
+
+
+def ceiling_time(profile: VerifyProfile, prompt: list[int], out: list[int], copy: bool) -> float:
+    """Seconds of the oracle's steps, or (``copy``) of a copy oracle's: it drafts the true
+    continuation as far as ``copy_length`` allows (the prompt and the output so far, as a cold
+    request has them), and knows where that ends, so none of its drafts fails."""
+    t, j = 0.0, 0
+    while j < len(out) - 1:
+        k = min(N_MAX, len(out) - 1 - j)
+        if copy:
+            k = copy_length(prompt + out[: j + 1], out[j + 1 :], k)
+        n = choose([Offer([1.0] * k, len(prompt) + j)], profile)[0] if k else 0
+        t += profile.step(1 + n)
+        j += 1 + n
+    return t
+
+
+def ceiling(args: argparse.Namespace) -> None:
+    """Per workload, the oracle and the copy oracle (cold) against plain decoding: how much of the
+    oracle any n-gram drafter could reach even if it never drafted a token that is not accepted."""
+    outputs = json.loads(Path(args.outputs).read_text())
+    data = json.loads(Path(args.profile).expanduser().read_text())
+    profile = VerifyProfile.from_dict(data.get("profile", data))
+    print(f"{'workload':12s} {'oracle':>7s} {'copy':>6s} {'copy/oracle':>11s}  (x no speculation)")
+    for name, o in outputs.items():
+        if len(o["out"]) <= MIN_OUTPUT:
+            continue
+        t_plain = (len(o["out"]) - 1) * profile.step(1)
+        t_oracle = ceiling_time(profile, o["prompt"], o["out"], copy=False)
+        t_copy = ceiling_time(profile, o["prompt"], o["out"], copy=True)
+        print(f"{name:12s} {t_plain / t_oracle:7.2f} {t_plain / t_copy:6.2f} {100 * t_oracle / t_copy:10.0f}%")
+
+
 def run(args: argparse.Namespace) -> None:
     outputs = json.loads(Path(args.outputs).read_text())
     data = json.loads(Path(args.profile).expanduser().read_text())
@@ -136,8 +189,11 @@ def main() -> None:
     r.add_argument("--select", default="expected")
     r.add_argument("--factor", type=float, default=1.0, help="--spec-suffix-factor")
     r.add_argument("-v", action="store_true", help="every draft: winner:accepted/verified")
+    c = sub.add_parser("ceiling", help="the oracle and the copy oracle per workload (cold)")
+    c.add_argument("--outputs", required=True)
+    c.add_argument("--profile", required=True, help="a cached verify-cost profile (JSON)")
     args = ap.parse_args()
-    fetch(args.url, args.out) if args.cmd == "fetch" else run(args)
+    {"fetch": lambda: fetch(args.url, args.out), "run": lambda: run(args), "ceiling": lambda: ceiling(args)}[args.cmd]()
 
 
 if __name__ == "__main__":
