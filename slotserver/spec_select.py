@@ -31,13 +31,16 @@ the same prompt had filled (greedy output flips at near-ties between runs), each
 costing 14 plain steps; those requests ran at 0.7-0.9x no speculation. So a slot's draft never
 risks more than ``RISK_STEPS`` plain steps plus what its verified drafts of this request have saved
 so far (``saved_s``, by the profile), plus ``RISK_SHARE`` of a plain step for every step the slot
-has taken. On the AMX machine's profiles a request's first draft was verified for at most 22 rows
-(SmolLM2) or 50 (Gemma 3), every later one for 64 once the first was accepted, and for a probe's
-length (``probe_rows``) after a miss until drafts pay again. A request then loses at most a few
-plain steps and 5% of its time to drafts that never pay, whatever the estimates said, and one whose
-first drafts failed may draft again later in its answer (Gemma's `free`: four short drafts rejected
-in its first 80 tokens spent the budget, and the 64-token repeats from token 90 on were never
-verified: 0.97x no speculation with the whole chain, 1.80x with ngram-mod alone, offline replay).
+has drafted in. The steps an answer goes before its first draft halve that ``RISK_STEPS`` every
+``RISK_HALF`` of them: a short match that first turns up late in an answer with nothing to repeat
+is more often a common phrase than the start of a copy. On the AMX machine's profiles a
+request's first draft was verified for at most 22 rows (SmolLM2) or 50 (Gemma 3), every later one
+for 64 once the first was accepted, and for a probe's length (``probe_rows``) after a miss until
+drafts pay again. A request then loses at most a few plain steps and 5% of its time to drafts that
+never pay, whatever the estimates said, and one whose first drafts failed may draft again later
+in its answer (Gemma's `free`: four short drafts rejected in its first 80 tokens spent the budget,
+and the 64-token repeats from token 90 on were never verified: 0.97x no speculation with the whole
+chain, 1.80x with ngram-mod alone, offline replay).
 
 **Probes.** A slot whose drafts of a kind keep being cut to nothing would never learn that they
 started paying; after ``PROBE_MIN`` denials in a row (doubling while probes fail, up to
