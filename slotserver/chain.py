@@ -190,10 +190,7 @@ class DraftChain:
             if slot not in self._drafted:
                 self._quiet[slot] = self._quiet.get(slot, 0) + 1
             return []
-        if slot not in self._drafted:
-            self._drafted.add(slot)
-            if self.profile is not None:
-                self._accrue(slot)  # its first step with a draft counts
+        self._first_draft(slot)
         self._last[slot] = (best[1], len(best[2]), best[3])
         if expected:
             self._rivals[slot] = _Unverified(len(history), last_token, [o for o in offered if o[1] is not best[2]],
@@ -210,6 +207,14 @@ class DraftChain:
         t1 = self.profile.step(1)
         self._saved[slot] = self._saved.get(slot, 0.0) + sel.RISK_SHARE * t1
         self._credit[slot] = self._credit.get(slot, 0.0) + sel.PROBE_SHARE * t1
+
+    def _first_draft(self, slot: int) -> None:
+        """The slot has a draft this step: if it is its first this request, the quiet steps end
+        and this step accrues (``_accrue``)."""
+        if slot not in self._drafted:
+            self._drafted.add(slot)
+            if self.profile is not None:
+                self._accrue(slot)
 
     def _risk_cap(self, slot: int, n: int) -> int:
         """``spec_select.risk_cap`` for the slot's ``n``-token draft. Its base budget halves for every
@@ -329,6 +334,9 @@ class DraftChain:
         if not tokens or len(tokens) < limits.n_min:
             return []
         tokens = tokens[: limits.n_max]
+        if slot not in self._drafted:  # draft() counted this step as quiet: it was not
+            self._quiet[slot] = max(0, self._quiet.get(slot, 0) - 1)
+        self._first_draft(slot)
         self._last[slot] = ((DRAFT_MODEL, ""), len(tokens), None)
         return tokens
 

@@ -237,6 +237,19 @@ def test_a_first_draft_late_in_an_answer_with_nothing_to_draft_risks_less():
     assert len(chain.confidence(0)) == sel.risk_cap(GEMMA, sel.RISK_SHARE * GEMMA.step(1), 16)
 
 
+def test_a_slot_the_draft_model_drafts_for_is_not_quiet():
+    """The chain's drafters have nothing, the draft model has a draft every step: those steps are
+    not quiet, so the draft model's drafts keep the whole budget however long the answer."""
+    chain = DraftChain([("ngram-mod", Script([]))], model=True, profile=GEMMA)
+    chain.begin(0, [1])
+    for _ in range(3 * int(sel.RISK_HALF)):
+        assert chain.draft(0, [1], 1, LIMITS) == []
+        draft = chain.adopt(0, [5] * 16, LIMITS)
+        assert len(chain.confidence(0)) == sel.risk_cap(GEMMA, chain._saved[0], len(draft))
+        chain.accept(0, 0, 0)
+    assert chain._quiet.get(0, 0) == 0
+
+
 class Script:
     """Proposes whatever the test sets in ``.next`` (the same every call until changed)."""
 
