@@ -95,6 +95,12 @@ def replay(chain: DraftChain, profile: VerifyProfile, prompt: list[int], out: li
     return t, t_oracle, log
 
 
+def load(args: argparse.Namespace) -> tuple[dict, VerifyProfile]:
+    """The greedy outputs (``--outputs``) and the verify-cost profile (``--profile``) to replay under."""
+    data = json.loads(Path(args.profile).expanduser().read_text())
+    return json.loads(Path(args.outputs).read_text()), VerifyProfile.from_dict(data.get("profile", data))
+
+
 def copy_length(context: list[int], truth: list[int], cap: int) -> int:
     """How many tokens of ``truth`` (up to ``cap``) a drafter that only copies could draft after
     ``context``: the longest prefix of ``truth`` that is a copy of tokens starting inside
@@ -129,9 +135,7 @@ def ceiling_time(profile: VerifyProfile, prompt: list[int], out: list[int], copy
 def ceiling(args: argparse.Namespace) -> None:
     """Per workload, the oracle and the copy oracle (cold) against plain decoding: how much of the
     oracle any n-gram drafter could reach even if it never drafted a token that is not accepted."""
-    outputs = json.loads(Path(args.outputs).read_text())
-    data = json.loads(Path(args.profile).expanduser().read_text())
-    profile = VerifyProfile.from_dict(data.get("profile", data))
+    outputs, profile = load(args)
     print(f"{'workload':12s} {'oracle':>7s} {'copy':>6s} {'copy/oracle':>11s}  (x no speculation)")
     for name, o in outputs.items():
         if len(o["out"]) <= MIN_OUTPUT:
@@ -143,9 +147,7 @@ def ceiling(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    outputs = json.loads(Path(args.outputs).read_text())
-    data = json.loads(Path(args.profile).expanduser().read_text())
-    profile = VerifyProfile.from_dict(data.get("profile", data))
+    outputs, profile = load(args)
     spec = SpecConfig(types=tuple(args.types.split(",")), select=args.select, suffix=SuffixConfig(factor=args.factor))
     names = [n for n, o in outputs.items() if len(o["out"]) > MIN_OUTPUT]
     t_plain = profile.step(1)

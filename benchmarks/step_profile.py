@@ -79,17 +79,19 @@ def report(out: Path) -> None:
     calls.clear()
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default="/tmp/step_profile.txt", help="written on SIGUSR1")
+def serve_instrumented(doc: str, default_out: str, install, write) -> None:
+    """Run the server with ``install()``'s instruments; ``write(out)`` on every SIGUSR1. Arguments:
+    ``--out`` (default ``default_out``), then after ``--`` slotserver's own."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--out", default=default_out, help="written on SIGUSR1")
     ap.add_argument("server_args", nargs=argparse.REMAINDER, help="after --: slotserver's arguments")
     args = ap.parse_args()
     install()
     out = Path(args.out)
-    signal.signal(signal.SIGUSR1, lambda *_: report(out))
+    signal.signal(signal.SIGUSR1, lambda *_: write(out))
     sys.argv = ["slotserver", *[a for a in args.server_args if a != "--"]]
     cli.main()
 
 
 if __name__ == "__main__":
-    main()
+    serve_instrumented(__doc__, "/tmp/step_profile.txt", install, report)

@@ -17,9 +17,7 @@ prompt chunk has ``is_decode`` false) and ``{"accept": slot, "kind": "drafter:ta
 
 from __future__ import annotations
 
-import argparse
 import json
-import signal
 import sys
 import time
 from pathlib import Path
@@ -27,7 +25,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this checkout's slotserver
 
-from slotserver import chain, cli, engine
+# benchmarks/ is first on sys.path when this runs as a script
+from step_profile import serve_instrumented
+
+from slotserver import chain, engine
 
 events: list[dict] = []
 
@@ -58,17 +59,5 @@ def dump(out: Path) -> None:
     events.clear()
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default="/tmp/step_trace.jsonl", help="written on SIGUSR1")
-    ap.add_argument("server_args", nargs=argparse.REMAINDER, help="after --: slotserver's arguments")
-    args = ap.parse_args()
-    install()
-    out = Path(args.out)
-    signal.signal(signal.SIGUSR1, lambda *_: dump(out))
-    sys.argv = ["slotserver", *[a for a in args.server_args if a != "--"]]
-    cli.main()
-
-
 if __name__ == "__main__":
-    main()
+    serve_instrumented(__doc__, "/tmp/step_trace.jsonl", install, dump)
