@@ -21,6 +21,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Callable, TypeVar
 
+from slotserver.cpu_kernels import use_extra_bufts
 from slotserver.engine import Engine, EngineConfig
 from slotserver.scheduler import BatchEntry, BatchPlan
 from slotserver.verify_costs import VerifyProfile
@@ -135,8 +136,9 @@ def _depth_terms(engine: Engine, t_rows: dict[int, float]) -> tuple[float, float
 
 
 def cache_key(engine: Engine) -> dict:
-    """What the profile depends on: the model file, the library, threads and batch sizes. Not the
-    slot count: a server of one slot measures no per-sequence term (0), and that term is small here."""
+    """What the profile depends on: the model file, the library, the weight layout, threads and batch
+    sizes. Not the slot count: a server of one slot measures no per-sequence term (0), and that term
+    is small here."""
     return config_key(engine.config, engine.n_threads)
 
 
@@ -149,7 +151,8 @@ def config_key(c: EngineConfig, n_threads: int) -> dict:
     except PackageNotFoundError:
         lib = "unknown"
     return {"format": PROFILE_FORMAT, "model": str(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
-            "llama_cpp_python": lib, "n_threads": n_threads, "n_batch": c.n_batch, "n_ubatch": c.n_ubatch}
+            "llama_cpp_python": lib, "extra_bufts": use_extra_bufts(), "n_threads": n_threads, "n_batch": c.n_batch,
+            "n_ubatch": c.n_ubatch}
 
 
 def default_dir() -> Path:

@@ -10,6 +10,7 @@ import pytest
 
 from slotserver import kv_layout
 from slotserver.calibrate import cache_path, config_key
+from slotserver.cpu_kernels import use_extra_bufts
 from slotserver.engine import EngineConfig
 from slotserver.kv_layout import patterns, prefer_streams, ratio, resolve
 
@@ -103,3 +104,18 @@ def test_the_key_names_the_model_file(tmp_path):
     key = config_key(EngineConfig(str(model)), 2)
     assert key["model"] == str(model.resolve()) and key["n_threads"] == 2
     assert cache_path(tmp_path, key, "kv-layout").name.startswith("kv-layout-")
+
+
+def test_the_key_names_the_weight_layout(tmp_path, monkeypatch):
+    """A profile or verdict measured with llama.cpp's weight repacking is not reused without it
+    (``SLOTSERVER_EXTRA_BUFTS``): the kernels, and so the costs, differ."""
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    keys = {}
+    for forced in ("0", "1"):
+        monkeypatch.setenv("SLOTSERVER_EXTRA_BUFTS", forced)
+        use_extra_bufts.cache_clear()
+        keys[forced] = config_key(EngineConfig(str(model)), 2)
+    use_extra_bufts.cache_clear()
+    assert keys["0"]["extra_bufts"] is False and keys["1"]["extra_bufts"] is True
+    assert cache_path(tmp_path, keys["0"]).name != cache_path(tmp_path, keys["1"]).name
