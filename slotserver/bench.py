@@ -38,7 +38,7 @@ import aiohttp
 from slotserver.bench_chart import write_png
 from slotserver.bench_plan import NONE, ORACLE, OURS, Config, Visit, parse_configs, request_body, stream_mix, visit_order
 from slotserver.bench_report import (PROGRESS_HEADER, Run, StreamRun, chart_rows, command_line, counters,
-                                     markdown, outside_decode, progress_line, stream_line)
+                                     markdown, outside_decode, progress_line, same_share, stream_line)
 
 DEFAULT_WORKLOADS = Path(__file__).resolve().with_name("workloads.json")
 # One short request per server before measuring: a fresh process pays one-time costs (weights paged
@@ -119,10 +119,13 @@ class Bench:
         out = await post(self.http, config.url, body)
         wall = time.perf_counter() - t0
         after = await self.scrape(config)
+        same = None
         if config.kind == OURS and config.name == NONE:
             self.oracle_tokens[wl["name"]] = out.get("tokens") or None
+        else:
+            same = same_share(out.get("tokens"), self.oracle_tokens.get(wl["name"]))
         outside = outside_decode(before, after) if before is not None and after is not None else None
-        run = Run.from_response(visit.round, wl["name"], config.name, out, wall, outside)
+        run = Run.from_response(visit.round, wl["name"], config.name, out, wall, outside, same)
         self.runs.append(run)
         return run
 

@@ -40,13 +40,14 @@ class Run:
     tokens: int  # tokens_predicted
     wall_s: float  # client-side request time, prompt included
     outside: float | None = None  # share of engine step time outside llama_decode (ours only)
+    same: float | None = None  # share of our no-speculation output this run reproduced (``same_share``)
 
     @classmethod
     def from_response(cls, round_: int, workload: str, config: str, out: dict, wall_s: float,
-                      outside: float | None = None) -> Run:
+                      outside: float | None = None, same: float | None = None) -> Run:
         t = out["timings"]  # llama-server reports the draft counters too; a server without them drafts nothing
         return cls(round_, workload, config, t["predicted_per_second"], t.get("draft_n", 0),
-                   t.get("draft_n_accepted", 0), out["tokens_predicted"], wall_s, outside)
+                   t.get("draft_n_accepted", 0), out["tokens_predicted"], wall_s, outside, same)
 
     @property
     def phase(self) -> str:
@@ -85,6 +86,21 @@ def outside_decode(before: dict[str, float], after: dict[str, float]) -> float |
     return 1.0 - (after.get(DECODE_COUNTER, 0.0) - before.get(DECODE_COUNTER, 0.0)) / d_step
 
 
+def same_share(tokens: list[int] | None, reference: list[int] | None) -> float | None:
+    """How much of ``reference`` (our no-speculation output of the round) ``tokens`` reproduce: their
+    common prefix over its length (None when either is unknown). Below 1 the two runs decoded
+    different text from that token on (a near-tie flipped, or another server's kernels chose
+    otherwise), so their speeds are not of the same work."""
+    if not tokens or not reference:
+        return None
+    n = 0
+    for a, b in zip(tokens, reference):
+        if a != b:
+            break
+        n += 1
+    return n / len(reference)
+
+
 # -- cells and ratios ----------------------------------------------------------------------------
 def cell(runs: Iterable[Run], workload: str, config: str, phase: str) -> list[Run]:
     return [r for r in runs if r.workload == workload and r.config == config and r.phase == phase]
@@ -106,6 +122,11 @@ def acceptance(runs: list[Run]) -> float | None:
 def median_outside(runs: list[Run]) -> float | None:
     values = [r.outside for r in runs if r.outside is not None]
     return median(values) if values else None
+
+
+def lowest_same(runs: list[Run]) -> float | None:
+    values = [r.same for r in runs if r.same is not None]
+    return min(values) if values else None
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
@@ -260,6 +281,13 @@ def markdown(label: str, command: str, workloads: list[dict], configs: list[Conf
     if ours:
         lines += [f"### Time outside llama_decode, % of engine step time ({' / '.join(phases)})", ""]
         lines += per_phase_table(runs, names, ours, lambda rs: pct(median_outside(rs), NA), phases) + [""]
+    others = [c for c in configs if not (c.kind == OURS and c.name == NONE)]
+    if any(r.same is not None for r in runs):
+        lines += [(f"### Same output as ours without speculation, % ({' / '.join(phases)}; the lowest run): "
+                   "its common prefix with that round's `none` output"), "",
+                  ("Below 100 the configuration decoded other text from some token on, so its tokens/s is of "
+                   "other work: a near-tie flipped (ours), or llama-server's kernels chose otherwise."), ""]
+        lines += per_phase_table(runs, names, others, lambda rs: pct(lowest_same(rs)), phases) + [""]
     concurrent = [n for n in streams if n > 1]
     if concurrent:
         lines += [f"### Concurrency: aggregate tokens/s, 2N mixed requests with at most N in flight "

@@ -16,7 +16,8 @@ from slotserver.bench_chart import LABEL_WIDTH, wrap, write_png
 from slotserver.bench_plan import COMPARE, ORACLE, OURS, OWN, Config, Visit, parse_configs, request_body, stream_mix, \
     visit_order
 from slotserver.bench_report import (NA, Run, StreamRun, acceptance, cell, chart_rows, command_line, counters,
-                                     markdown, median_tps, outside_decode, ratios, serial_tps, stream_tps)
+                                     markdown, median_tps, outside_decode, ratios, same_share, serial_tps,
+                                     stream_tps)
 
 URL, LS = "http://ours", "http://ls"
 WORKLOADS = [{"name": "repeat", "draftability": "high", "prompt": "Repeat: a b c\n", "n_predict": 16},
@@ -207,6 +208,26 @@ def test_markdown_of_one_round_has_no_warm_table_and_says_na_without_step_counte
     assert f"| repeat | {NA} | {NA} |" in text
 
 
+def test_same_output_is_the_common_prefix_share_of_the_none_output():
+    assert same_share([1, 2, 3, 4], [1, 2, 3, 4]) == 1.0
+    assert same_share([1, 2, 9, 4], [1, 2, 3, 4]) == 0.5  # equal again after a flip does not count
+    assert same_share([1, 2], [1, 2, 3, 4]) == 0.5  # stopped early
+    assert same_share([1, 2, 3, 4, 5], [1, 2, 3, 4]) == 1.0
+    assert same_share(None, [1]) is None and same_share([1], []) is None
+
+
+def test_markdown_says_where_a_configuration_decoded_other_text():
+    cs = parse_configs(URL, "none,ngram-mod", [f"llama-server:none={LS}"])
+    runs = [Run(r, w["name"], c, 10.0, 0, 0, 100, 10.0, None, None if c == "none" else same)
+            for r in (1, 2) for w in WORKLOADS for c, same in (("none", None), ("ngram-mod", 1.0),
+                                                             ("llama-server:none", 0.25 if r == 2 else 1.0))]
+    text = markdown("", "cmd", WORKLOADS, cs, runs, [], [1])
+    section = text.split("### Same output as ours without speculation")[1]
+    rows = [line for line in section.splitlines() if line.startswith("|")]
+    assert rows[0] == "| workload | ngram-mod | llama-server:none |"
+    assert rows[2] == "| repeat | 100 / 100 | 100 / 25 |"
+
+
 def test_png_of_warm_tokens_per_second(tmp_path):
     runs, _ = report_runs()
     names = [w["name"] for w in WORKLOADS]
@@ -280,6 +301,9 @@ async def test_orchestration_sends_oracle_tokens_and_nothing_speculative_to_comp
         (r, w["name"], c.name) for r in (1, 2) for w in WORKLOADS for c in cs]
     assert all(r.outside == pytest.approx(0.25) for r in bench.runs if r.config != "llama-server")
     assert all(r.outside is None for r in bench.runs if r.config == "llama-server")
+    # what each run reproduced of its round's none output [7, 8, 9]; the oracle decoded [7, 8, 10]
+    assert {(r.config, None if r.same is None else round(r.same, 3)) for r in bench.runs} == {
+        ("none", None), ("ngram-mod", 1.0), ("llama-server", 1.0), ("oracle", 0.667)}
     assert [(s.round, s.streams, s.config, s.tokens) for s in bench.stream_runs] == [
         (r, 2, c.name, 12) for r in (1, 2) for c in cs]
     oracle_bodies = [b["speculative.oracle"] for b in ours.bodies if "speculative.oracle" in b]
