@@ -32,7 +32,8 @@ sys.path.insert(0, str(ROOT))  # this checkout's slotserver
 # benchmarks/ is first on sys.path when this runs as a script
 from chain_replay import post
 from cold_samples import wait_healthy
-from prometheus_client.parser import text_string_to_metric_families
+
+from slotserver.bench_report import counters
 
 TOPICS = [
     "the history of glassblowing in Venice", "how bees communicate", "why the sky is blue", "the rules of cricket",
@@ -45,23 +46,47 @@ TOPICS = [
 DECODES, DECODE_S = "slotserver_decode_calls_total", "slotserver_decode_seconds_total"
 
 
-def counters(url: str) -> dict[str, float]:
+def scrape(url: str) -> dict[str, float]:
     with urllib.request.urlopen(url + "/metrics") as r:
-        text = r.read().decode()
-    return {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples if not s.labels}
+        return counters(r.read().decode())
 
 
 def ask(url: str, prompt: str, n_predict: int, spec_type: str | None) -> tuple[float, float, int]:
     """Tokens/s, ms per llama_decode during the request, tokens drafted."""
-    before = counters(url)
+    before = scrape(url)
     body = {"prompt": prompt, "n_predict": n_predict, "temperature": 0.0, "cache_prompt": False}
     if spec_type:
         body["speculative.type"] = spec_type
     t = post(url, "/completion", body)["timings"]
-    after = counters(url)
+    after = scrape(url)
     n = after[DECODES] - before[DECODES]
     ms = (after[DECODE_S] - before[DECODE_S]) / n * 1e3 if n else 0.0
     return t["predicted_per_second"], ms, t.get("draft_n", 0)
+
+
+def start(model: str, spec_type: str, port: int) -> subprocess.Popen:
+    """A server of ours with ``--metrics`` and ``--spec-type spec_type``, answering on ``port``."""
+    cmd = [sys.executable, "-m", "slotserver", "-m", model, "--port", str(port), "-np", "4", "-c", "8192",
+           "--metrics", "--spec-type", spec_type]
+    with open(f"/tmp/novel_prompts_{port}.log", "w") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    wait_healthy(f"http://127.0.0.1:{port}", proc)
+    return proc
+
+
+def summary(results: dict[str, list[tuple[float, float, int]]]) -> None:
+    """Medians per configuration; for the others against ``none``, the spread per prompt."""
+    base = [r[0] for r in results["none"]]
+    print("medians:")
+    for name, rs in results.items():
+        tps = statistics.median(r[0] for r in rs)
+        line = f"  {name:24s} {tps:7.1f} t/s ({tps / statistics.median(base):.2f}x none) " \
+               f"{statistics.median(r[1] for r in rs):6.2f} ms/decode"
+        if name != "none":
+            ratios = [r[0] / b for r, b in zip(rs, base)]
+            line += (f"; per prompt {min(ratios):.2f}-{max(ratios):.2f}x, faster on "
+                     f"{sum(x > 1 for x in ratios)} of {len(ratios)}")
+        print(line)
 
 
 def main() -> None:
@@ -72,17 +97,13 @@ def main() -> None:
     ap.add_argument("--n-predict", type=int, default=160)
     ap.add_argument("--port", type=int, default=8520)
     args = ap.parse_args()
+    # (name, the server's --spec-type, what each request asks for)
     configs = [("none", "none", None), (f"{args.type}, asked none", args.type, "none"), (args.type, args.type, None)]
-    procs, urls = [], []
+    procs: list[subprocess.Popen] = []
     try:
         for i, (_, server_type, _) in enumerate(configs):
-            url = f"http://127.0.0.1:{args.port + i}"
-            cmd = [sys.executable, "-m", "slotserver", "-m", args.model, "--port", str(args.port + i), "-np", "4",
-                   "-c", "8192", "--metrics", "--spec-type", server_type]
-            with open(f"/tmp/novel_prompts_{args.port + i}.log", "w") as log:
-                procs.append(subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT))
-            wait_healthy(url, procs[-1])
-            urls.append(url)
+            procs.append(start(args.model, server_type, args.port + i))
+        urls = [f"http://127.0.0.1:{args.port + i}" for i in range(len(configs))]
         results: dict[str, list[tuple[float, float, int]]] = {name: [] for name, _, _ in configs}
         for k, topic in enumerate(TOPICS[: args.n]):
             prompt = f"Write a short essay about {topic}.\n\n"
@@ -93,17 +114,7 @@ def main() -> None:
                 r = ask(url, prompt, args.n_predict, asked)
                 results[name].append(r)
                 print(f"{k:2d} {name:24s} {r[0]:7.1f} t/s {r[1]:6.2f} ms/decode {r[2]:4d} drafted", flush=True)
-        base = [r[0] for r in results["none"]]
-        print("medians:")
-        for name, rs in results.items():
-            tps = statistics.median(r[0] for r in rs)
-            line = f"  {name:24s} {tps:7.1f} t/s ({tps / statistics.median(base):.2f}x none) " \
-                   f"{statistics.median(r[1] for r in rs):6.2f} ms/decode"
-            if name != "none":
-                ratios = [r[0] / b for r, b in zip(rs, base)]
-                line += (f"; per prompt {min(ratios):.2f}-{max(ratios):.2f}x, faster on "
-                         f"{sum(x > 1 for x in ratios)} of {len(ratios)}")
-            print(line)
+        summary(results)
     finally:
         for p in procs:
             p.terminate()

@@ -16,6 +16,7 @@ from typing import Callable, Iterable
 from prometheus_client.parser import text_string_to_metric_families
 
 from slotserver.bench_plan import COMPARE, NONE, ORACLE, OURS, Config
+from slotserver.scheduler import common_prefix
 
 COLD, WARM = "cold", "warm"
 STEP_COUNTER = "slotserver_step_seconds_total"  # engine step time
@@ -93,12 +94,7 @@ def same_share(tokens: list[int] | None, reference: list[int] | None) -> float |
     otherwise), so their speeds are not of the same work."""
     if not tokens or not reference:
         return None
-    n = 0
-    for a, b in zip(tokens, reference):
-        if a != b:
-            break
-        n += 1
-    return n / len(reference)
+    return common_prefix(tokens, reference) / len(reference)
 
 
 # -- cells and ratios ----------------------------------------------------------------------------
