@@ -120,6 +120,9 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     limits = LimitsConfig(
         max_waiting=args.max_queue, max_requests=args.max_requests, timeout_s=args.timeout,
         shutdown_timeout_s=args.shutdown_timeout, max_body_bytes=args.max_body_bytes,
+        step_timeout_s=args.step_timeout, body_timeout_s=args.body_timeout,
+        max_peer_reading=args.max_peer_reading, max_peer_requests=args.max_peer_requests,
+        slot_save_max_files=args.slot_save_max_files, slot_save_max_bytes=args.slot_save_max_bytes,
     )
     return ServerConfig(
         engine=engine, spec=spec_config(args), limits=limits, spec_learning=args.spec_learning,
@@ -130,7 +133,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         n_keep=args.keep, cache_reuse=args.cache_reuse, spm_infill=args.spm_infill,
         metrics=args.metrics or bool(args.metrics_compat), metrics_series=metrics_series(args),
         api_keys=load_api_keys(flags=args.api_key, files=args.api_key_file), metrics_no_auth=args.metrics_no_auth,
-        cors_origins=parse_cors_origins(args.cors_origin),
+        cors_origins=parse_cors_origins(args.cors_origin), allowed_hosts=tuple(args.allowed_host or ()),
+        chat_special=args.chat_special,
     )
 
 

@@ -99,6 +99,10 @@ class ServerConfig:
     api_keys: tuple[str, ...] = field(default=(), repr=False)
     metrics_no_auth: bool = False  # GET /metrics answers without a key (a Prometheus without one)
     cors_origins: tuple[str, ...] = ()  # browser origins allowed besides the server's own; "*": any
+    # Host header values accepted besides loopback names and --host (--allowed-host); "*": any.
+    allowed_hosts: tuple[str, ...] = ()
+    # --chat-special: chat message content may contain control tokens (parsed as such); off: as text
+    chat_special: bool = False
 
     def __post_init__(self) -> None:
         if self.spec_learning not in SCOPES:

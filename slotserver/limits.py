@@ -31,12 +31,25 @@ class LimitsConfig:
     timeout_s: float = 600.0  # a request's deadline (queue + generation) and a stream write's timeout
     shutdown_timeout_s: float = 8.0  # SIGTERM: time in-flight requests get to finish (container grace: 10 s)
     max_body_bytes: int = 0  # 0: sized to the context (BODY_BYTES_PER_CTX_TOKEN per token)
+    # Hardening (issue 31; docs/operations.md "Limits" lists each with its test):
+    step_timeout_s: float = 30.0  # watchdog: an engine step longer than this turns /health and new requests to 503
+    body_timeout_s: float = 10.0  # a request body must arrive within this, before the request takes a place
+    max_peer_reading: int = 32  # requests one peer may have whose body is still arriving; more get 429
+    max_peer_requests: int = 256  # requests one peer may have handled at once; more get 429
+    slot_save_max_files: int = 64  # slot files --slot-save-path may hold; a save past it gets 400
+    slot_save_max_bytes: int = 8 << 30  # bytes --slot-save-path's slot files may hold together
 
     def __post_init__(self) -> None:
         if self.max_waiting < 0 or self.max_requests < 1:
             raise ValueError("--max-queue must be >= 0 and --max-requests >= 1")
         if self.timeout_s <= 0 or self.shutdown_timeout_s < 0:
             raise ValueError("--timeout must be > 0 and --shutdown-timeout >= 0")
+        if self.step_timeout_s <= 0 or self.body_timeout_s <= 0:
+            raise ValueError("--step-timeout and --body-timeout must be > 0")
+        if self.max_peer_reading < 1 or self.max_peer_requests < 1:
+            raise ValueError("--max-peer-reading and --max-peer-requests must be >= 1")
+        if self.slot_save_max_files < 1 or self.slot_save_max_bytes < 1:
+            raise ValueError("--slot-save-max-files and --slot-save-max-bytes must be >= 1")
 
     def body_bytes(self, n_ctx: int) -> int:
         if self.max_body_bytes > 0:

@@ -80,6 +80,12 @@ def _own_args(g) -> None:
     g.add_argument("--cors-origin", action="append", metavar="ORIGIN",
                    help="slotserver: browser origin (scheme://host[:port]) allowed besides the server's own, or '*' "
                         "for any; repeatable; other origins get 403")
+    g.add_argument("--allowed-host", action="append", metavar="HOST",
+                   help="slotserver: Host header value accepted besides loopback names and --host (a name, or "
+                        "name:port), or '*' for any; repeatable; other Hosts get 403 (DNS rebinding)")
+    g.add_argument("--chat-special", action="store_true",
+                   help="slotserver: parse control tokens (<|im_start|>...) in chat message content; by default "
+                        "content is tokenized as plain text, so a message cannot forge a turn")
     g.add_argument("--max-queue", type=int, default=256, metavar="N",
                    help="slotserver: requests that may wait for a slot; more get 503 with Retry-After")
     g.add_argument("--max-requests", type=int, default=512, metavar="N",
@@ -88,3 +94,16 @@ def _own_args(g) -> None:
                    help="slotserver: on SIGTERM/SIGINT, time in-flight requests get to finish")
     g.add_argument("--max-body-bytes", type=int, default=0, metavar="N",
                    help="slotserver: largest request body (0: sized to the context, 64 bytes per token, at least 1 MiB)")
+    g.add_argument("--body-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="slotserver: a request body must arrive within this (else 408), before it takes a place")
+    g.add_argument("--max-peer-reading", type=int, default=32, metavar="N",
+                   help="slotserver: requests one client address may have whose body is still arriving; more get 429")
+    g.add_argument("--max-peer-requests", type=int, default=256, metavar="N",
+                   help="slotserver: requests one client address may have handled at once; more get 429")
+    g.add_argument("--step-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="slotserver: watchdog: an engine step running longer turns /health and new requests to 503 "
+                        "until it returns")
+    g.add_argument("--slot-save-max-files", type=int, default=64, metavar="N",
+                   help="slotserver: slot files --slot-save-path may hold; a save beyond gets 400")
+    g.add_argument("--slot-save-max-bytes", type=int, default=8 << 30, metavar="N",
+                   help="slotserver: bytes the slot files in --slot-save-path may hold together; a save beyond gets 400")
