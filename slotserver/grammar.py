@@ -134,7 +134,7 @@ def pattern_cost(pattern: str) -> int:
         elif c == "{" and "}" in pattern[i:]:
             end = pattern.index("}", i)
             counts = [int(n) if len(n) <= 9 else 10**9  # int() refuses thousands of digits
-                      for n in pattern[i + 1 : end].replace(" ", "").split(",") if n.isdigit()]
+                      for n in pattern[i + 1 : end].replace(" ", "").split(",") if n.isascii() and n.isdigit()]
             times = max(counts, default=1)
             totals[-1] += last * (times - 1)
             last *= times
