@@ -1,4 +1,5 @@
-"""Middlewares of every request: errors become JSON once, and a cap on requests handled at once."""
+"""Middlewares of every request: errors become JSON once, and a cap on requests handled at once
+(probes and scrapes exempt: ``slotserver/api/peers.py`` says why)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import re
 from aiohttp import web
 
 from slotserver.api.bodies import error_body, json_response
+from slotserver.api.peers import NEVER_WAIT, ClosesConnection
+from slotserver.api.security import route_path
 from slotserver.errors import ServerError, Unavailable
 
 log = logging.getLogger(__name__)
@@ -33,6 +36,8 @@ async def error_middleware(request: web.Request, handler):
     except ServerError as exc:
         response = json_response(_shaped(request, exc.to_json()), exc.status)
         response.headers.update(exc.headers)
+        if isinstance(exc, ClosesConnection):
+            response.force_close()  # no keep-alive: the rest of an unread body is not wanted
         return response
     except web.HTTPException as exc:
         if exc.status < 400:
@@ -47,17 +52,22 @@ async def error_middleware(request: web.Request, handler):
 
 
 def request_limit(max_requests: int):
-    """Refuse (503) a request while ``max_requests`` others are being handled, on any endpoint.
+    """Refuse (503) a request while ``max_requests`` others are being handled, on any endpoint but
+    ``NEVER_WAIT``'s (``/health``, ``/metrics``: never refused, never counted).
 
-    Each connection carries one request at a time, so this also caps busy connections; idle
-    keep-alive connections cost no handler and aiohttp closes them after its keep-alive timeout.
-    Installed inside the error middleware, so the refusal is a JSON error like any other.
+    Installed inside ``peers.connection_limits``, so the body has arrived whole before a place is
+    taken: a place is held only while a handler works. Each connection carries one request at a
+    time, so this also caps busy connections; idle keep-alive connections cost no handler and
+    aiohttp closes them after its keep-alive timeout. Installed inside the error middleware, so the
+    refusal is a JSON error like any other.
     """
     n_active = 0
 
     @web.middleware
     async def middleware(request: web.Request, handler):
         nonlocal n_active
+        if route_path(request) in NEVER_WAIT:
+            return await handler(request)
         if n_active >= max_requests:
             raise Unavailable(f"the server is handling {n_active} requests, its limit; retry later")
         n_active += 1

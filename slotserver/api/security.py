@@ -1,7 +1,19 @@
-"""Who may talk to the server: API keys (llama-server's) and a browser Origin policy.
+"""Who may talk to the server: a ``Host`` allowlist, API keys (llama-server's) and a browser Origin policy.
 
-Two threats, two checks, both in one middleware that runs before any handler reads a body:
+Three checks, in one middleware that runs before any other work on a request (before its body is read):
 
+* **Hosts (DNS rebinding).** A web page on ``http://rebind.attacker.example:8080`` whose name the
+  attacker then points at 127.0.0.1 is, to the browser, the same origin as this server: its
+  requests carry ``Host: rebind.attacker.example:8080`` and a matching ``Origin`` (measured at
+  24272d3: ``GET /props`` answered 200; Ollama's CVE-2024-28224 class). Rebinding needs a *name*,
+  so the ``Host`` a request names must be one of (``HostAllowlist``, any port unless one is given):
+  an IP literal (``127.0.0.1``, ``[::1]``, the LAN address of a ``--host 0.0.0.0`` server: a
+  browser that sends one connected to that very address), ``localhost`` or a name under
+  ``.localhost`` (browsers resolve those to loopback themselves; no public DNS name ends so), the
+  ``--host`` value when it is a name, or an ``--allowed-host`` entry (``name`` or ``name:port``;
+  ``*``: any Host). Anything else gets 403 before routing and before the Origin check. A request
+  without ``Host`` is served on HTTP/1.0 (no name to rebind; browsers always send one); aiohttp's
+  parser answers 400 to an HTTP/1.1 one (RFC 9112 section 3.2) and to two ``Host`` fields.
 * **Keys.** With ``--api-key``/``--api-key-file``/``LLAMA_API_KEY`` set, every request except the
   exempt ones (``EXEMPT_PATHS``; ``/metrics`` too with ``--metrics-no-auth``) and OPTIONS must show
   one configured key as ``Authorization: Bearer KEY`` or ``X-Api-Key: KEY``, else 401. A request
@@ -15,22 +27,23 @@ Two threats, two checks, both in one middleware that runs before any handler rea
   cannot know the key anyway, and refusing it outright keeps the rule simple. Clients that send no
   ``Origin`` (curl, Python, the openai package) are unaffected.
 
-The same-origin rule trusts ``Host``, so it cannot stop DNS rebinding (the attacker's name then
-resolves to this server and ``Origin`` matches ``Host``); a key does.
+The same-origin rule trusts ``Host``; the Host allowlist is what makes that trust safe.
 
 ``create_app`` installs ``security_middleware`` right inside the error middleware (a bug here still
 answers JSON), hence inside the request counter (refusals are counted), and outside every other
 middleware (a refused request takes no request-limit place). ``cors_headers`` is a response signal:
 a streamed response sends its headers from inside the handler, past any middleware. The pure
-helpers (key lists, key checking, origin parsing and matching) are tested without a server.
+helpers (key lists, key checking, origin and host parsing and matching) are tested without a server.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import logging
 import os
+import re
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 from urllib.parse import urlsplit
@@ -68,6 +81,13 @@ WWW_AUTHENTICATE = "Bearer"
 MAX_ECHOED_ORIGIN = 200  # characters of a refused Origin quoted back: the error stays small
 # Bind addresses only this machine reaches; any other without a key is worth a warning at start.
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
+ANY_HOST = "*"  # --allowed-host '*': every Host is allowed
+LOCALHOST = "localhost"  # and every name under it (RFC 6761: always loopback, never public DNS)
+WILDCARD_BINDS = frozenset({"0.0.0.0", "::", "[::]", ""})  # --host values naming no one host
+# A host name as RFC 3986's reg-name allows it in practice: letters, digits, '-', '.', and '_'
+# (container and compose service names use it); never empty, never starting with a '.'.
+HOST_NAME = re.compile(r"[a-z0-9_-][a-z0-9_.-]*")
+MAX_ECHOED_HOST = 200  # characters of a refused Host quoted back
 
 
 # --- keys -------------------------------------------------------------------------------------------
@@ -213,6 +233,107 @@ def own_origin(request: web.Request) -> str | None:
     return normalize_origin(f"{request.scheme}://{request.host}")
 
 
+# --- hosts ------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class HostName:
+    """A parsed ``Host`` value: the host in canonical form (lower case, no trailing dot, an IPv6
+    address in brackets), its port if given, and whether it is an IP literal."""
+    host: str
+    port: int | None
+    is_ip: bool
+
+
+def _port(text: str) -> int | None:
+    if not (1 <= len(text) <= 5 and text.isascii() and text.isdigit()) or int(text) > 65535:
+        raise ValueError
+    return int(text)
+
+
+def parse_host(value: str) -> HostName | None:
+    """``host[:port]`` as a ``Host`` header (or ``--allowed-host``) gives it, or None if malformed.
+
+    A name whose last label is all digits counts as an IP literal: no DNS name ends so (browsers
+    parse such a host as an IPv4 address and send it canonical, so only other clients send
+    ``127.1``), hence it cannot be rebound.
+    """
+    text = value.strip().lower()
+    try:
+        if text.startswith("["):
+            address, sep, rest = text[1:].partition("]")
+            if not sep or (rest and not rest.startswith(":")):
+                return None
+            port = _port(rest[1:]) if rest else None
+            return HostName(f"[{ipaddress.IPv6Address(address).compressed}]", port, True)
+        name, sep, port_text = text.partition(":")
+        port = _port(port_text) if sep else None
+    except ValueError:
+        return None
+    name = name[:-1] if name.endswith(".") else name
+    if not name.isascii() or not HOST_NAME.fullmatch(name) or ".." in name:
+        return None
+    last = name.rsplit(".", 1)[-1]
+    return HostName(name, port, last.isdigit())
+
+
+def parse_allowed_hosts(values: Iterable[str] | None) -> tuple[str, ...]:
+    """``--allowed-host`` values, normalized (``name`` or ``name:port``); ``*`` kept as is. A
+    malformed one is an error: the server must not start with an allowlist other than meant."""
+    out = []
+    for value in values or ():
+        if value.strip() == ANY_HOST:
+            out.append(ANY_HOST)
+            continue
+        parsed = parse_host(value)
+        if parsed is None:
+            raise ValueError(f"--allowed-host: {value!r} is not a host name, name:port or '*'")
+        out.append(parsed.host if parsed.port is None else f"{parsed.host}:{parsed.port}")
+    return tuple(dict.fromkeys(out))
+
+
+def is_localhost(name: str) -> bool:
+    return name == LOCALHOST or name.endswith("." + LOCALHOST)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostAllowlist:
+    """Which ``Host`` values may reach the server (module docstring); ``allows`` is the check."""
+    any_host: bool = False
+    names: frozenset[str] = frozenset()  # allowed on any port
+    name_ports: frozenset[str] = frozenset()  # "name:port": on that port only
+
+    @classmethod
+    def from_config(cls, host: str, allowed_hosts: Iterable[str]) -> "HostAllowlist":
+        entries = parse_allowed_hosts(allowed_hosts)
+        names = {e for e in entries if e != ANY_HOST and parse_host(e).port is None}
+        bound = parse_host(host) if host.strip() not in WILDCARD_BINDS else None
+        if bound is not None and not bound.is_ip:
+            names.add(bound.host)  # --host my.lan: the name the operator gave is the server's own
+        return cls(any_host=ANY_HOST in entries, names=frozenset(names),
+                   name_ports=frozenset(e for e in entries if e != ANY_HOST and e not in names))
+
+    def allows(self, value: str) -> bool:
+        if self.any_host:
+            return True
+        parsed = parse_host(value)
+        if parsed is None:
+            return False
+        if parsed.is_ip or is_localhost(parsed.host) or parsed.host in self.names:
+            return True
+        return parsed.port is not None and f"{parsed.host}:{parsed.port}" in self.name_ports
+
+
+def host_refusal(request: web.Request, hosts: HostAllowlist) -> web.Response | None:
+    """The 403 for a request whose ``Host`` is not allowed; None when it may go on. Only the header
+    counts (aiohttp's ``request.host`` falls back to the socket's address). No header: HTTP/1.0,
+    served; aiohttp's parser already answered 400 to an HTTP/1.1 request without one or with two.
+    An empty one (an HTTP/1.1 client with no authority to name) names nothing to rebind either."""
+    value = request.headers.get("Host")
+    if not value or hosts.allows(value):
+        return None
+    return refusal(403, f"host {value[:MAX_ECHOED_HOST]!r} not allowed; see --allowed-host", "permission_error")
+
+
 # --- HTTP -------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -220,6 +341,7 @@ class Policy:
     key_digests: tuple[bytes, ...]  # empty: no key needed
     metrics_no_auth: bool
     cors_origins: tuple[str, ...]
+    hosts: HostAllowlist = HostAllowlist()  # IP literals and localhost names only
 
     @classmethod
     def from_config(cls, config: ServerConfig) -> "Policy":
@@ -227,7 +349,8 @@ class Policy:
             log.warning("listening on %s without an API key: anyone who can reach it can use it (--api-key)",
                         config.host)
         return cls(key_digests=tuple(key_digest(k) for k in config.api_keys),
-                   metrics_no_auth=config.metrics_no_auth, cors_origins=config.cors_origins)
+                   metrics_no_auth=config.metrics_no_auth, cors_origins=config.cors_origins,
+                   hosts=HostAllowlist.from_config(config.host, config.allowed_hosts))
 
     def allowed_origin(self, request: web.Request) -> str | None:
         """The request's ``Origin`` if it has one and it is allowed; else None."""
@@ -262,11 +385,13 @@ def preflight(origin: str | None) -> web.Response:
 
 
 def security_middleware(policy: Policy):
-    """Origin first (403), then OPTIONS (204, no key: browsers send no credentials on a preflight),
-    then the key (401); only then does the handler run."""
+    """Host first (403), then Origin (403), then OPTIONS (204, no key: browsers send no credentials
+    on a preflight), then the key (401); only then does the handler run."""
 
     @web.middleware
     async def middleware(request: web.Request, handler):
+        if (refused := host_refusal(request, policy.hosts)) is not None:
+            return refused
         origin = request.headers.get("Origin")
         allowed = policy.allowed_origin(request)
         if origin is not None and allowed is None:

@@ -3,6 +3,7 @@ tiny app, and the flags reaching ``ServerConfig``; no model, milliseconds."""
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 
 import pytest
@@ -11,9 +12,9 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from slotserver.api import security
 from slotserver.api.security import (
-    ANY_ORIGIN, Policy, authorized, cors_headers, key_digest, key_matches, load_api_keys, needs_key,
-    normalize_origin, origin_allowed, parse_cors_origins, presented_keys, read_key_file, security_middleware,
-    split_keys,
+    ANY_ORIGIN, HostAllowlist, HostName, Policy, authorized, cors_headers, key_digest, key_matches, load_api_keys,
+    needs_key, normalize_origin, origin_allowed, parse_allowed_hosts, parse_cors_origins, parse_host, presented_keys,
+    read_key_file, security_middleware, split_keys,
 )
 from slotserver.api.state import TENANT
 from slotserver.cli import build_parser, config_from_args
@@ -148,6 +149,58 @@ def test_origin_allowed_same_origin_listed_or_any():
     assert origin_allowed("null", own=own, allowed=(ANY_ORIGIN,))
 
 
+# --- hosts -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value, parsed", [
+    ("127.0.0.1:8080", HostName("127.0.0.1", 8080, True)),
+    ("LocalHost", HostName("localhost", None, False)),
+    ("localhost.:8080", HostName("localhost", 8080, False)),  # the FQDN's trailing dot
+    ("[::1]:8080", HostName("[::1]", 8080, True)),
+    ("[0:0::1]", HostName("[::1]", None, True)),
+    ("127.1:80", HostName("127.1", 80, True)),  # a numeric last label: no DNS name ends so
+    ("my_service:8080", HostName("my_service", 8080, False)),
+    ("rebind.attacker.example:8080", HostName("rebind.attacker.example", 8080, False)),
+    ("::1", None), ("[::1", None), ("[::1]x", None), ("[evil]:80", None), ("a b", None), ("a..b", None),
+    ("a.example:", None), ("a.example:99999", None), ("a.example:+80", None), ("user@a.example", None),
+    ("http://a.example", None), ("", None), (".", None), ("ä.example", None),
+])
+def test_parse_host(value, parsed):
+    assert parse_host(value) == parsed
+
+
+def test_parse_allowed_hosts_normalizes_and_refuses_what_is_not_a_host():
+    assert parse_allowed_hosts(None) == ()
+    assert parse_allowed_hosts(["My.Lan.", "my.lan", "box:8080", " * "]) == ("my.lan", "box:8080", "*")
+    for bad in ("http://my.lan", "my.lan/", "my lan", "my.lan:port", ""):
+        with pytest.raises(ValueError, match="--allowed-host"):
+            parse_allowed_hosts([bad])
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1:8080", "127.0.0.2", "localhost:8080", "LOCALHOST", "app.localhost:1",
+                                  "[::1]:8080", "192.168.1.20:8080", "[fe80::1]", "10.0.0.1"])
+def test_ip_literals_and_localhost_names_are_always_allowed(host):
+    assert HostAllowlist.from_config("127.0.0.1", ()).allows(host)
+    assert HostAllowlist.from_config("0.0.0.0", ()).allows(host)
+
+
+@pytest.mark.parametrize("host", ["evil.example", "rebind.attacker.example:8080", "localhost.evil.example",
+                                  "evillocalhost", "server:8080", "", "a b", "[::1", "127.0.0.1:99999"])
+def test_names_that_could_be_rebound_are_refused_by_default(host):
+    assert not HostAllowlist.from_config("127.0.0.1", ()).allows(host)
+    assert not HostAllowlist.from_config("::", ()).allows(host)
+
+
+def test_host_and_allowed_hosts_admit_their_names():
+    hosts = HostAllowlist.from_config("my.box", parse_allowed_hosts(["My.Lan", "server:8080"]))
+    assert hosts.allows("my.box:8080") and hosts.allows("MY.BOX.")  # the --host name, any port
+    assert hosts.allows("my.lan") and hosts.allows("my.lan:1234")  # a name without a port: any port
+    assert hosts.allows("server:8080") and not hosts.allows("server:8081") and not hosts.allows("server")
+    assert not hosts.allows("evil.example:8080")
+    assert HostAllowlist.from_config("127.0.0.1", ["*"]).allows("evil.example:8080")
+    assert not HostAllowlist.from_config("0.0.0.0", ()).allows("0.0.0.0.evil.example")
+
+
 # --- the middleware on a tiny app ---------------------------------------------------------------------
 
 
@@ -199,6 +252,39 @@ async def test_foreign_origin_403_before_the_key(client):
         assert "Access-Control-Allow-Origin" not in resp.headers
 
 
+async def test_foreign_host_403_before_routing_origin_and_key(client):
+    rebind = {"Host": "rebind.attacker.example:8080", "Origin": "http://rebind.attacker.example:8080"}
+    for method, path, headers in (("POST", "/completion", {"Host": "evil.example"}),
+                                  ("POST", "/completion", {**rebind, "X-Api-Key": "k1"}),
+                                  ("GET", "/health", rebind), ("GET", "/nowhere", rebind),
+                                  ("OPTIONS", "/completion", rebind)):
+        resp = await client.request(method, path, headers=headers)
+        assert resp.status == 403, (method, path, headers)
+        assert await resp.json() == {"error": {
+            "code": 403, "message": f"host {headers['Host']!r} not allowed; see --allowed-host",
+            "type": "permission_error"}}
+    assert (await client.post("/completion", headers={"Host": f"localhost:{client.port}", "X-Api-Key": "k1"})).status == 200
+
+
+async def raw_exchange(client, request: bytes) -> bytes:
+    reader, writer = await asyncio.open_connection(client.host, client.port)
+    try:
+        writer.write(request)
+        return await asyncio.wait_for(reader.read(), 10)  # HTTP/1.0 and Connection: close end with EOF
+    finally:
+        writer.close()
+
+
+async def test_no_host_is_served_on_http_1_0_only_and_two_hosts_never(client):
+    assert (await raw_exchange(client, b"GET /health HTTP/1.0\r\n\r\n")).startswith(b"HTTP/1.0 200")
+    # aiohttp's parser refuses these two before any middleware (the docstring relies on it).
+    answer = await raw_exchange(client, b"GET /health HTTP/1.1\r\nConnection: close\r\n\r\n")
+    assert answer.split(b" ", 2)[1] == b"400" and b"Host" in answer
+    answer = await raw_exchange(client, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: evil.example\r\n"
+                                        b"Connection: close\r\n\r\n")
+    assert answer.split(b" ", 2)[1] == b"400" and b"Host" in answer
+
+
 async def test_same_and_allowed_origins_get_the_header_streamed_too(client):
     same = f"http://{client.host}:{client.port}"
     for origin in (same, "http://app.example"):
@@ -240,12 +326,13 @@ def test_flags_reach_the_config_and_keys_stay_out_of_its_repr(monkeypatch, tmp_p
     assert config.cors_origins == ("http://app.example", "*")
     assert "k1" not in repr(config)
     assert config_for().api_keys == () and config_for().cors_origins == ()
+    assert config_for("--allowed-host", "My.Lan", "--allowed-host", "box:8080").allowed_hosts == ("my.lan", "box:8080")
     monkeypatch.setenv("LLAMA_API_KEY", "e1")
     assert config_for().api_keys == ("e1",)
 
 
 @pytest.mark.parametrize("flags", [["--api-key", ""], ["--api-key-file", "/nonexistent/keys"],
-                                   ["--cors-origin", "app.example"]])
+                                   ["--cors-origin", "app.example"], ["--allowed-host", "http://my.lan"]])
 def test_bad_flags_stop_the_start(flags):
     with pytest.raises(ValueError):
         config_for(*flags)
