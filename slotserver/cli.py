@@ -21,7 +21,7 @@ from ngram.suffix import SuffixConfig
 from slotserver import kv_layout
 from slotserver.api.app import create_app
 from slotserver.calibrate import load_or_measure, profile_dir
-from slotserver.api.security import load_api_keys, parse_cors_origins
+from slotserver.api.security import load_api_keys, parse_allowed_hosts, parse_cors_origins
 from slotserver.api.shutdown import drain
 from slotserver.config import ServerConfig, SpecConfig
 from slotserver.drafter_types import DRAFT_MODEL, parse_types
@@ -133,7 +133,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         n_keep=args.keep, cache_reuse=args.cache_reuse, spm_infill=args.spm_infill,
         metrics=args.metrics or bool(args.metrics_compat), metrics_series=metrics_series(args),
         api_keys=load_api_keys(flags=args.api_key, files=args.api_key_file), metrics_no_auth=args.metrics_no_auth,
-        cors_origins=parse_cors_origins(args.cors_origin), allowed_hosts=tuple(args.allowed_host or ()),
+        cors_origins=parse_cors_origins(args.cors_origin), allowed_hosts=parse_allowed_hosts(args.allowed_host),
         chat_special=args.chat_special,
     )
 

@@ -19,6 +19,7 @@ from aiohttp import web
 from slotserver import kv_layout
 from slotserver.api.metrics import setup_metrics
 from slotserver.api.middleware import error_middleware, request_limit
+from slotserver.api.peers import connection_limits
 from slotserver.api.routes import setup_routes
 from slotserver.api.security import Policy, cors_headers, security_middleware
 from slotserver.api.state import STATE, State
@@ -148,8 +149,10 @@ def create_app(config: ServerConfig, *, on_fatal: Callable[[str], None] = _log_f
     """The application for ``config``. ``on_fatal(reason)`` is called if the engine cannot run."""
     max_body = config.limits.body_bytes(config.engine.n_ctx or N_CTX_UNKNOWN)
     # Security right inside the error middleware: see slotserver/api/security.py for why there.
+    # Then the body is read (deadline, per-peer caps) before request_limit's place: api/peers.py.
     security = Policy.from_config(config)
     app = web.Application(middlewares=[error_middleware, security_middleware(security),
+                                       connection_limits(config.limits),
                                        request_limit(config.limits.max_requests)],
                           client_max_size=max_body)
     app.on_response_prepare.append(cors_headers(security))
