@@ -8,12 +8,19 @@ resolved to ids with the model's tokenizer in ``resolve``.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Callable
 
 from slotserver.errors import BadRequest
 
 MAX_ENTRIES = 1024  # biases per request: far beyond real use, and bounded work per step
+MAX_TOKENS = 4096  # token ids the entries stand for once text is tokenized (each is applied every step)
+MAX_TEXT_CHARS = 256  # a text entry is a word or a phrase; longer text is tokenized for nothing
 BIAS_ABS_MAX = 1e9
+# A key naming a token id, as llama-server's strtol reads it: ASCII digits only (str.isdigit() also
+# holds for "²", which int() refuses, and "٣", which it reads). Anything else is text.
+_ID_KEY = re.compile(r"-?[0-9]+")
+_ID_DIGITS_MAX = 10  # past any int32 id; int() of thousands of digits would raise
 
 Entry = tuple["int | str", float]
 
@@ -32,7 +39,14 @@ def _token(key: Any) -> int | str:
     if isinstance(key, int):
         return key
     if isinstance(key, str):
-        return int(key) if key.lstrip("-").isdigit() else key
+        if _ID_KEY.fullmatch(key):
+            digits = key.lstrip("-").lstrip("0") or "0"
+            if len(digits) > _ID_DIGITS_MAX:
+                raise BadRequest(f"'logit_bias' token {key[:16]}... is outside the vocabulary")
+            return -int(digits) if key.startswith("-") else int(digits)
+        if len(key) > MAX_TEXT_CHARS:
+            raise BadRequest(f"'logit_bias' text entries must be at most {MAX_TEXT_CHARS} characters long")
+        return key
     raise BadRequest("a 'logit_bias' token must be a token id or a string")
 
 
@@ -59,4 +73,7 @@ def resolve(entries: tuple[Entry, ...], tokenize: Callable[[str], list[int]], n_
             if not 0 <= t < n_vocab:
                 raise BadRequest(f"'logit_bias' token {t} is outside the vocabulary of {n_vocab}")
             out.append((t, bias))
+        if len(out) > MAX_TOKENS:
+            raise BadRequest(f"'logit_bias' may stand for at most {MAX_TOKENS} tokens (its text entries "
+                             "are tokenized)")
     return tuple(out)

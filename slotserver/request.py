@@ -15,7 +15,7 @@ from slotserver.drafter_types import parse_types
 from slotserver.errors import BadRequest
 from slotserver.grammar import Constraint, parse_constraint
 from slotserver.logit_bias import parse_logit_bias
-from slotserver.sampling import DEFAULT_SEED, SamplingParams, parse_samplers
+from slotserver.sampling import DEFAULT_SEED, SamplingParams, bound_infill, parse_samplers
 
 # Prompt pieces: str is tokenized (specials parsed), int is a token id.
 PromptPieces = list["str | int"]
@@ -28,6 +28,11 @@ SEED_MAX = 2**64 - 1  # OpenAI clients send 64-bit seeds; only the low 32 bits r
 FLOAT_ABS_MAX = 1e9  # far beyond any meaningful temperature/penalty, and times n_ctx still finite in float32
 N_PROBS_MAX = 100  # n_probs above this (or >= n_vocab) is clamped silently, as llama.cpp caps it; a
 # larger top-n per token is a client bug, and the top-n is computed inside the shared engine step
+# Candidates a request may have reported in all: n_probs (or OpenAI's top_logprobs) times the tokens
+# it may generate (n_predict, or the context when unbounded). Each costs ~100 bytes while generating
+# and ~600 while its body is built; at this budget a body is ~7 MB of JSON built in ~0.2 s (in a
+# worker thread). 100 candidates x 655 tokens, 20 x 3,276, 5 x 13,107; above it: 400.
+N_PROBS_BUDGET = 1 << 16
 SPEC_N_MAX = 1024  # speculative.n_max/n_min: 16x the default n_max; a draft is verified in the shared batch
 ORACLE_MAX = 1 << 20  # speculative.oracle (benchmarks): the known continuation, at most this many tokens
 # Stop strings: llama.cpp has no limit, OpenAI allows 4. 16 covers every chat template's end markers
@@ -191,9 +196,16 @@ def parse_sampling(
     repeat_last_n = _number(body, "repeat_last_n", defaults.repeat_last_n, int, lo=-1, hi=bounds.n_ctx,
                             note=" (the context size)")
     d = defaults
+    top_k = _number(body, "top_k", d.top_k, int, lo=-1)  # <= 0: off (llama.cpp; vLLM-style clients send -1)
+    samplers = _samplers(body, d.samplers)
+    if samplers is not None:
+        try:
+            samplers = bound_infill(samplers, top_k)
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
     return SamplingParams(
         temperature=_number(body, "temperature", d.temperature, float),
-        top_k=_number(body, "top_k", d.top_k, int, lo=-1),  # <= 0: off (llama.cpp; vLLM-style clients send -1)
+        top_k=top_k,
         top_p=_number(body, "top_p", d.top_p, float, lo=0.0, hi=1.0),
         min_p=_number(body, "min_p", d.min_p, float, lo=0.0, hi=1.0),
         typical_p=_number(body, "typical_p", d.typical_p, float, lo=0.0, hi=1.0),
@@ -210,7 +222,7 @@ def parse_sampling(
         seed=seed_default if seed == -1 else seed & 0xFFFFFFFF,
         ignore_eos=_bool(body, "ignore_eos", d.ignore_eos),
         logit_bias=parse_logit_bias(body.get("logit_bias")),
-        samplers=_samplers(body, d.samplers),
+        samplers=samplers,
     )
 
 
@@ -255,6 +267,35 @@ def parse_spec(body: dict, defaults: DraftLimits | None = None) -> DraftLimits |
     return limits
 
 
+def check_probs_budget(req: CompletionRequest, n_ctx: int) -> None:
+    """Refuse a request whose reported candidates (``n_probs`` per token times the tokens it may
+    generate) exceed N_PROBS_BUDGET: they are held per token while it runs and its whole body is
+    built from them. An unbounded ``n_predict`` counts as the context ``n_ctx``, and becomes it (with
+    --context-shift generation could otherwise go on past the context, recording more)."""
+    if req.n_probs <= 0:
+        return
+    n_tokens = req.n_predict if req.n_predict >= 0 else n_ctx
+    if req.n_probs * n_tokens > N_PROBS_BUDGET:
+        tokens = f"{n_tokens}" if req.n_predict >= 0 else f"{n_tokens} (the context: no 'n_predict' was given)"
+        raise BadRequest(f"'n_probs' times 'n_predict' must be at most {N_PROBS_BUDGET} (got {req.n_probs} "
+                         f"probabilities x {tokens} tokens); ask for fewer tokens (n_predict, max_tokens) "
+                         "or fewer probabilities (n_probs, logprobs, top_logprobs)")
+    if req.n_predict < 0:
+        req.n_predict = n_ctx
+
+
+def _cache_reuse(body: dict, server: int) -> int:
+    """``n_cache_reuse``: the server's ``--cache-reuse`` is the operator's opt-in and floor.
+
+    llama-server lets a request choose any value, even with --cache-reuse 0. Each reused chunk costs
+    two KV operations over every cell on the engine thread, and a smaller value finds more chunks
+    (up to prompt / value), so a request may ask for longer chunks than the server's (or 0: none),
+    never shorter ones, and cannot turn chunk reuse on when the server has it off.
+    """
+    value = _number(body, "n_cache_reuse", server, int, lo=0)
+    return 0 if value == 0 or server == 0 else max(value, server)
+
+
 def parse_completion(
     body: Any,
     n_predict_default: int = -1,
@@ -275,7 +316,7 @@ def parse_completion(
     n_predict = body.get("n_predict", body.get("max_tokens", body.get("max_completion_tokens")))
     n_predict = _number({"n_predict": n_predict}, "n_predict", n_predict_default, int, lo=-1)
     n_probs = _number(body, "n_probs", 0, int, lo=0)
-    return CompletionRequest(
+    req = CompletionRequest(
         prompt=parse_prompt(body["prompt"]),
         sampling=parse_sampling(body, seed_default, bounds=bounds, defaults=sampling_defaults),
         n_predict=n_predict,
@@ -297,6 +338,8 @@ def parse_completion(
         spec=parse_spec(body, spec_defaults),
         n_keep=_number(body, "n_keep", n_keep_default, int, lo=-1),
         n_discard=_number(body, "n_discard", 0, int, lo=0),
-        n_cache_reuse=_number(body, "n_cache_reuse", n_cache_reuse_default, int, lo=0),
+        n_cache_reuse=_cache_reuse(body, n_cache_reuse_default),
         constraint=parse_constraint(body),
     )
+    check_probs_budget(req, bounds.n_ctx)
+    return req

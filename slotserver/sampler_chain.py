@@ -5,6 +5,10 @@ request sends ``samplers``), then the pick: ``dist`` with the request's seed. Wi
 (temperature <= 0 and a temperature sampler in the order) only the samplers that can change the
 top candidate are kept before a ``greedy`` pick: the same token as llama.cpp's temperature-0 mask
 followed by ``dist``, without the filters that could not change it.
+
+An ``infill`` sampler (its cost grows with the square of its candidates) only ever runs behind a
+bounded ``top_k``: requests are checked when parsed (``sampling.bound_infill``), and a chain that
+still lacks one is refused here rather than built.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from typing import Sequence
 
 import llama_cpp as lc
 
-from slotserver.sampling import SamplingParams
+from slotserver.sampling import SamplingParams, bound_infill
 
 
 def _sampler(name: str, p: SamplingParams, vocab, n_vocab: int):
@@ -43,11 +47,13 @@ def _sampler(name: str, p: SamplingParams, vocab, n_vocab: int):
 
 
 def make_sampler(params: SamplingParams, vocab, n_vocab: int, prompt: Sequence[int]):
+    names = params.reranking_samplers() if params.is_greedy else params.order
+    if bound_infill(names, params.top_k) != names:
+        raise ValueError("an infill sampler without a top_k before it would compare every pair of tokens")
     chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
     if params.logit_bias:
         biases = (lc.llama_logit_bias * len(params.logit_bias))(*params.logit_bias)
         lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_logit_bias(n_vocab, len(biases), biases))
-    names = params.reranking_samplers() if params.is_greedy else params.order
     for name in names:
         sampler = _sampler(name, params, vocab, n_vocab)
         if sampler is not None:

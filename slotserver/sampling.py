@@ -17,6 +17,30 @@ SAMPLER_ALIASES = {"top-k": "top_k", "top-p": "top_p", "top-n-sigma": "top_n_sig
                    "temp": "temperature"}
 # llama.cpp's default order (common.h); the chain always ends by picking a token (dist, or greedy).
 DEFAULT_SAMPLERS = ("penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature")
+# llama.cpp's infill sampler compares every pair of the candidates it is given (twice the piece
+# lookups per pair), inside one C call on the engine thread: over Gemma 3's 262,144 tokens that is
+# 7e10 pairs, a frozen server. It only runs behind a top_k of at most this many candidates:
+# measured on the 2-core CI machine, 256 candidates cost about 3 ms a token (1,000 cost 21 ms, more
+# than a one-row decode step; 2,000 cost 83 ms), and llama.vim's own chain is top_k 40, top_p, infill.
+INFILL_TOP_K_MAX = 256
+
+
+def bound_infill(order: tuple[str, ...], top_k: int) -> tuple[str, ...]:
+    """``order`` with a ``top_k`` before every ``infill``, so infill sees at most ``top_k`` candidates.
+
+    Where no ``top_k`` runs before the first ``infill``, one is inserted right before it (llama.vim's
+    chain has it first: ``top_k, top_p, infill``); everything else keeps the request's order. An
+    infill needs a ``top_k`` in [1, INFILL_TOP_K_MAX]: ValueError otherwise (top_k <= 0 is off).
+    """
+    if "infill" not in order:
+        return order
+    if not 0 < top_k <= INFILL_TOP_K_MAX:
+        raise ValueError(f"'top_k' must be between 1 and {INFILL_TOP_K_MAX} when 'samplers' has infill "
+                         "(it compares every pair of the candidates top_k leaves)")
+    first = order.index("infill")
+    if "top_k" in order[:first]:
+        return order
+    return order[:first] + ("top_k",) + order[first:]
 
 
 def parse_samplers(value) -> tuple[str, ...]:
@@ -84,9 +108,11 @@ class SamplingParams:
         return self.picks_argmax and not self.grammar
 
     def reranking_samplers(self) -> tuple[str, ...]:
-        """The active samplers before ``temperature`` that can change which token ranks first."""
+        """The active samplers before ``temperature`` that can change which token ranks first, and a
+        ``top_k`` that bounds an ``infill`` after it (it keeps the top token, so it changes nothing else)."""
         order = self.order[: self.order.index("temperature")] if "temperature" in self.order else self.order
-        active = {"penalties": self.has_penalties, "infill": True, "xtc": self.xtc_probability > 0}
+        active = {"penalties": self.has_penalties, "infill": True, "xtc": self.xtc_probability > 0,
+                  "top_k": "infill" in order}
         return tuple(name for name in order if active.get(name, False))
 
     @property

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import random
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slotserver.kv_moves import Shift, plan_chunk_reuse, plan_context_shift
+from slotserver.kv_moves import Shift, chunk_reuse_steps, plan_chunk_reuse, plan_context_shift
 
 
 def test_context_shift_keeps_n_keep_plus_bos_and_drops_half_the_rest():
@@ -62,3 +62,84 @@ def test_the_slot_always_holds_a_prefix_of_the_new_prompt(cache, prompt, n_min, 
     assert held == prompt[: len(held)] and len(held) >= n_past
     for m in plan_chunk_reuse(cache, prompt, n_past, n_min):
         assert m.n >= n_min and m.dst <= m.src
+
+
+# --- the scan is linear: same moves as llama-server's walk, without its O(cache x n_min) -----------
+
+
+def walk_chunk_reuse(cache, prompt, n_past: int, n_min: int) -> tuple[list[tuple[int, int, int]], int]:
+    """llama-server's walk (slotserver's own scan up to 24272d3), as (src, dst, n) moves and the
+    token comparisons it made."""
+    moves, compared = [], 0
+    head_c = head_p = n_past
+    while head_c < len(cache) and head_p < len(prompt):
+        n = 0
+        while head_c + n < len(cache) and head_p + n < len(prompt) and cache[head_c + n] == prompt[head_p + n]:
+            n += 1
+        compared += n + 1
+        if n >= n_min:
+            moves.append((head_c, head_p, n))
+            head_c += n
+            head_p += n
+        else:
+            head_c += 1
+    return moves, compared
+
+
+def moves_of(cache, prompt, n_past, n_min):
+    return [(m.src, m.dst, m.n) for m in plan_chunk_reuse(cache, prompt, n_past, n_min)]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.integers(0, 3), max_size=80), st.lists(st.integers(0, 3), max_size=80), st.integers(1, 12),
+       st.integers(0, 80))
+def test_the_scan_gives_exactly_the_walks_moves(cache, prompt, n_min, n_past):
+    n_past = min(n_past, len(cache), len(prompt))
+    assert moves_of(cache, prompt, n_past, n_min) == walk_chunk_reuse(cache, prompt, n_past, n_min)[0]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 1), min_size=1, max_size=30), st.integers(1, 40), st.integers(1, 40),
+       st.integers(1, 10), st.randoms())
+def test_the_scan_agrees_on_long_repeated_runs(unit, n_cache, n_prompt, n_min, rnd: random.Random):
+    """Runs repeated many times (llama.vim's ring of similar chunks), with random edits in the prompt."""
+    cache = (unit * n_cache)[:400]
+    prompt = (unit * n_prompt)[:400]
+    for _ in range(rnd.randint(0, 4)):
+        if prompt:
+            prompt[rnd.randrange(len(prompt))] = rnd.randint(0, 2)
+    n_past = rnd.randint(0, min(len(cache), len(prompt)))
+    assert moves_of(cache, prompt, n_past, n_min) == walk_chunk_reuse(cache, prompt, n_past, n_min)[0]
+
+
+def worst_case(length: int) -> tuple[list[int], list[int], int]:
+    """One repeated token in the cache, and a prompt that differs from it just before every match
+    reaches n_min (half the cache): the walk compares ~n_min tokens at each of the cache's positions."""
+    n_min = length // 2
+    cache = [7] * length
+    prompt = [7] * (n_min - 1) + [8] + [7] * (length - n_min)
+    return cache, prompt, n_min
+
+
+def test_the_scans_work_grows_linearly_where_the_walks_grows_quadratically():
+    small, large = 1024, 4096
+    walk = [walk_chunk_reuse(*worst_case(n)[:2], 0, worst_case(n)[2])[1] for n in (small, large)]
+    scan = [chunk_reuse_steps(*worst_case(n)[:2], 0, worst_case(n)[2])[1] for n in (small, large)]
+    assert walk[1] / walk[0] > 12  # 4x the tokens, ~16x the work: 1.37 s at 4k tokens on the engine thread
+    assert scan[1] / scan[0] < 4.5
+    cache, prompt, n_min = worst_case(large)
+    assert scan[1] <= 3 * (len(cache) + len(prompt))
+    assert chunk_reuse_steps(cache, prompt, 0, n_min)[0] == []
+
+
+def test_many_reused_chunks_are_found_in_linear_work():
+    """The cache's blocks with a dropped token before each; the prompt is the blocks: one move per block."""
+    rnd = random.Random(5)
+    for n_blocks in (16, 64):
+        blocks = [[rnd.randrange(1000) for _ in range(32)] for _ in range(n_blocks)]
+        cache = [t for b in blocks for t in [1001] + b]
+        prompt = [t for b in blocks for t in b]
+        moves, steps = chunk_reuse_steps(cache, prompt, 0, 16)
+        assert [(m.src, m.dst, m.n) for m in moves] == [(33 * i + 1, 32 * i, 32) for i in range(n_blocks)]
+        assert moves == plan_chunk_reuse(cache, prompt, 0, 16)
+        assert steps <= 4 * (len(cache) + len(prompt))

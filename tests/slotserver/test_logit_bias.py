@@ -7,7 +7,7 @@ import math
 import pytest
 
 from slotserver.errors import BadRequest
-from slotserver.logit_bias import MAX_ENTRIES, parse_logit_bias, resolve
+from slotserver.logit_bias import MAX_ENTRIES, MAX_TEXT_CHARS, MAX_TOKENS, parse_logit_bias, resolve
 from slotserver.request import parse_completion
 
 
@@ -35,3 +35,25 @@ def test_a_bias_takes_greedy_off_the_argmax_shortcut():
     req = parse_completion({"prompt": "x", "temperature": 0, "logit_bias": {"5": False}})
     assert req.sampling.is_greedy and not req.sampling.is_plain_greedy
     assert parse_completion({"prompt": "x", "temperature": 0}).sampling.is_plain_greedy
+
+
+@pytest.mark.parametrize("key", ["²", "٣", "１", "-²", "1²"])
+def test_keys_of_non_ascii_digits_are_text_as_llama_servers_strtol_reads_them(key):
+    # "²".isdigit() holds but int("²") raised ValueError: a 500; "٣" was read as token 3
+    assert parse_logit_bias({key: 1.0}) == ((key, 1.0),)
+
+
+def test_id_keys_of_any_length_are_a_400_not_a_500():
+    assert parse_logit_bias({"000000000000000000042": 1}) == ((42, 1.0),)
+    with pytest.raises(BadRequest, match="^'logit_bias' token .* outside the vocabulary"):
+        parse_logit_bias({"9" * 5000: 1})  # int() refuses more than 4300 digits
+
+
+def test_text_entries_and_what_they_stand_for_are_bounded():
+    with pytest.raises(BadRequest, match=f"at most {MAX_TEXT_CHARS} characters"):
+        parse_logit_bias({"a" * (MAX_TEXT_CHARS + 1): 1})
+    tokenize = lambda text: list(range(len(text)))  # noqa: E731 - one token per character
+    entries = parse_logit_bias({f"{i:04d}" + "b" * (MAX_TEXT_CHARS - 4): 1
+                                for i in range(MAX_TOKENS // MAX_TEXT_CHARS + 1)})
+    with pytest.raises(BadRequest, match=f"at most {MAX_TOKENS} tokens"):
+        resolve(entries, tokenize, 1000)

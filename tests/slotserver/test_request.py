@@ -4,8 +4,8 @@ import pytest
 
 from slotserver.errors import BadRequest
 from slotserver.request import (
-    FLOAT_ABS_MAX, INT_MAX, MAX_STOP_LEN, MAX_STOP_STRINGS, N_PROBS_MAX, SEED_MAX, SPEC_N_MAX, RequestBounds,
-    parse_completion,
+    FLOAT_ABS_MAX, INT_MAX, MAX_STOP_LEN, MAX_STOP_STRINGS, N_PROBS_BUDGET, N_PROBS_MAX, SEED_MAX, SPEC_N_MAX,
+    RequestBounds, check_probs_budget, parse_completion,
 )
 
 
@@ -70,7 +70,7 @@ def test_repeat_last_n_minus_one_is_the_whole_context():
 ])
 def test_n_probs_is_clamped_below_the_cap_and_the_vocabulary(asked, n_vocab, got):
     # a top-n >= n_vocab raised inside the shared engine step
-    assert parse(RequestBounds(n_vocab=n_vocab), n_probs=asked).n_probs == got
+    assert parse(RequestBounds(n_vocab=n_vocab), n_probs=asked, n_predict=64).n_probs == got
 
 
 @pytest.mark.parametrize("key", [
@@ -168,3 +168,44 @@ def test_probs_are_recorded_for_n_probs_or_openai_logprobs():
     req = parse()
     req.token_probs = True  # what an OpenAI logprobs request sets (service.prepare)
     assert req.records_probs
+
+
+# --- bounded work for every field (issue 31) ------------------------------------------------------
+
+
+def test_n_probs_times_n_predict_is_bounded_with_both_fields_named():
+    assert parse(n_probs=100, n_predict=N_PROBS_BUDGET // 100).n_probs == 100
+    with pytest.raises(BadRequest, match=r"^'n_probs' times 'n_predict' must be at most 65536 \(got 100 "):
+        parse(n_probs=100, n_predict=N_PROBS_BUDGET // 100 + 1)
+    with pytest.raises(BadRequest, match="n_probs"):
+        parse(n_probs=20, max_tokens=4000)  # OpenAI's names for the same fields
+
+
+def test_an_unbounded_n_predict_counts_as_the_context_and_becomes_it():
+    req = parse(RequestBounds(n_ctx=2048), n_probs=32)
+    assert req.n_predict == 2048  # with --context-shift it could otherwise record past the context
+    assert parse(RequestBounds(n_ctx=2048)).n_predict == -1  # without probabilities: untouched
+    with pytest.raises(BadRequest, match="the context: no 'n_predict' was given"):
+        parse(RequestBounds(n_ctx=2048), n_probs=33)
+
+
+def test_openai_logprobs_set_after_parsing_are_checked_too():
+    req = parse(max_tokens=8000)
+    req.n_probs = 20  # what service.prepare sets for top_logprobs 20
+    with pytest.raises(BadRequest, match="'n_probs' times 'n_predict'"):
+        check_probs_budget(req, 8192)
+
+
+@pytest.mark.parametrize("server,asked,got", [
+    (0, None, 0), (0, 1, 0), (0, 4096, 0),  # the server has it off: a request cannot turn it on
+    (256, None, 256), (256, 0, 0), (256, 1, 256), (256, 300, 300),  # never shorter chunks than the server's
+])
+def test_n_cache_reuse_is_the_servers_opt_in_and_floor(server, asked, got):
+    body = {"prompt": "x"} if asked is None else {"prompt": "x", "n_cache_reuse": asked}
+    assert parse_completion(body, n_cache_reuse_default=server).n_cache_reuse == got
+
+
+def test_a_non_ascii_digit_in_a_schema_pattern_count_is_not_a_number():
+    # "²".isdigit() holds but int("²") raised ValueError: a 500
+    req = parse(json_schema={"type": "string", "pattern": "^a{²}$"})
+    assert req.constraint is not None and req.constraint.field == "json_schema"
