@@ -9,9 +9,6 @@ read the body, and the read had no deadline), so ``/health`` and every new reque
 
 * ``/health``, ``/v1/health`` and ``/metrics`` (``NEVER_WAIT``) pass straight through: a probe is
   never queued or refused behind generation work, nor counted against anyone's cap.
-* **Requests per peer.** A peer (``peer_key``: the connection's address, never a header; an IPv6
-  address by its /64, which one host usually holds whole) may have ``max_peer_requests`` requests
-  here at once, body reading through the end of the answer; more get 429.
 * **Body deadline.** A request with a body has it read whole here, within ``body_timeout_s`` of
   reaching this point (408 after, with ``Connection: close``). aiohttp's ``request.read()`` caches
   the bytes, so the handlers' own ``read()`` returns them. A ``Content-Length`` above the body cap
@@ -23,6 +20,11 @@ read the body, and the read had no deadline), so ``/health`` and every new reque
   runs when the body came with the headers. So a loopback client's ordinary request passes while
   stalled bodies from the same address are open. A body sent just after its headers gets
   ``ARRIVAL_GRACE_S`` to arrive before the cap refuses it.
+* **Requests per peer.** Once its body is here, a request counts against its peer's
+  ``max_peer_requests`` until its answer ends (streamed ones too); past it, 429. A peer is
+  ``peer_key``: the connection's address, never a header; an IPv6 address by its /64, which one
+  host usually holds whole. Bodies still arriving never count here, so stalled ones cannot lock
+  their own address out.
 
 Behind a reverse proxy every request has the proxy's address: the per-peer caps are then caps on
 the whole server (set them to the proxy's own limits or higher).
@@ -30,9 +32,11 @@ the whole server (set them to the proxy's own limits or higher).
 What aiohttp itself bounds (3.14): a request line and each header line 8,190 bytes, 128 header lines
 (400 past either); an idle keep-alive connection closes after 75 s (``run_app``'s default); after an
 answer to a request whose body was not read whole (a 408, 429 or 413 here), it reads and discards
-the rest for up to 10 s (``lingering_time``), then closes the connection. A connection that never finishes its headers has no deadline in
-aiohttp and no hook to cap connections per peer before a request exists; it costs one file
-descriptor and no place, no handler, no body buffer (docs/operations.md).
+the rest for up to 10 s (``lingering_time``), then closes the connection. What it does not bound:
+a connection that never finishes its headers has no deadline, and no request exists yet for a
+middleware to see; aiohttp offers no hook to count connections per peer short of replacing its
+protocol factory. Such a connection costs one file descriptor and a few KB, but no place, no
+handler and no body buffer; a reverse proxy in front (or the fd limit) bounds them.
 """
 
 from __future__ import annotations
@@ -172,11 +176,11 @@ def connection_limits(limits: LimitsConfig):
         if route_path(request) in NEVER_WAIT:
             return await handler(request)
         peer = peer_key(request.remote)
-        if not handling.try_enter(peer):
+        if request.body_exists:
+            await read_body(request, peer, reading, limits.body_timeout_s)
+        if not handling.try_enter(peer):  # only once the body is here: stalled ones never take these
             raise PeerRequestLimit(handling.limit)
         try:
-            if request.body_exists:
-                await read_body(request, peer, reading, limits.body_timeout_s)
             return await handler(request)
         finally:
             handling.leave(peer)

@@ -183,6 +183,15 @@ async def test_a_peer_past_its_request_cap_gets_429_but_health_answers():
         assert (await client.post("/echo", data=b"{}")).status == 200
 
 
+async def test_bodies_still_arriving_do_not_count_against_the_peer_request_cap():
+    async with serve(max_peer_requests=1, body_timeout_s=30) as (_, client):
+        held = [await stalled(client) for _ in range(MAX_READING + 1)]  # the last one in its arrival grace
+        await asyncio.sleep(0.05)
+        assert (await client.post("/echo", data=b"{}")).status == 200
+        for _, w in held:
+            w.close()
+
+
 async def test_a_declared_body_over_the_cap_is_refused_unread(served):
     state, client = served
     reader, writer = await stalled(client, length=MAX_BODY + 1)
