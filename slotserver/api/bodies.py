@@ -6,6 +6,7 @@ carries the server facts the bodies mention (model name, context size, token pie
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import time
@@ -27,12 +28,39 @@ class BodyInfo:
     piece: Callable[[int], bytes]  # token id -> its bytes
 
 
+# Generated tokens plus reported candidates above which a completion body is built and serialised
+# in a worker thread: 65,536 candidates (request.N_PROBS_BUDGET) take ~0.2 s, which on the event
+# loop would stall every other request's stream, /health and /metrics for that long.
+BIG_BODY_ITEMS = 4096
+
+
 def json_response(body, status: int = 200) -> web.Response:
     return web.Response(
         text=json.dumps(body, ensure_ascii=False, separators=(",", ":")),
         status=status,
         content_type="application/json",
     )
+
+
+def body_items(jobs: list[Job]) -> int:
+    """How big the finished ``jobs``' body will be: tokens, and the candidates reported for each."""
+    return sum(job.n_gen * (1 + job.request.n_probs) for job in jobs)
+
+
+def _encode(build: Callable[[], Any]) -> bytes:
+    return json.dumps(build(), ensure_ascii=False, separators=(",", ":")).encode()
+
+
+async def json_response_async(build: Callable[[], Any], items: int, status: int = 200) -> web.Response:
+    """``json_response(build())``; when ``items`` (``body_items``) says the body is big, ``build`` and
+    the serialisation run in a worker thread, so the event loop goes on serving everyone else.
+
+    ``build`` must only read what no other thread changes (a finished job is the handler's alone).
+    """
+    if items <= BIG_BODY_ITEMS:
+        return json_response(build(), status)
+    data = await asyncio.get_running_loop().run_in_executor(None, _encode, build)
+    return web.Response(body=data, status=status, content_type="application/json", charset="utf-8")
 
 
 def error_body(code: int, message: str, kind: str) -> dict:

@@ -15,7 +15,7 @@ from typing import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 
-from slotserver.api.bodies import BodyInfo, json_response, usage
+from slotserver.api.bodies import BodyInfo, body_items, json_response_async, usage
 from slotserver.api.state import STATE, TENANT
 from slotserver.job import Event, Job
 from slotserver.service import CompletionService
@@ -53,7 +53,7 @@ async def serve_job(request: web.Request, submit: Callable[[CompletionService, s
         finished = True
         if event.error is not None:
             raise event.error
-        return json_response(fmt.body(info, job))
+        return await json_response_async(lambda: fmt.body(info, job), body_items([job]))
     finally:
         if not finished:
             service.runner.cancel(job)
@@ -113,7 +113,8 @@ async def serve_choices(request: web.Request, submit: Callable[[CompletionServic
             finished.add(i)
             if event.error is not None:
                 raise event.error
-        return json_response(combine([fmt.body(info, job) for job in jobs], jobs))
+        return await json_response_async(lambda: combine([fmt.body(info, job) for job in jobs], jobs),
+                                         body_items(jobs))
     finally:
         for i, job in enumerate(jobs):
             if i not in finished:
@@ -137,8 +138,13 @@ def choices_usage(jobs: list[Job]) -> dict:
 
 
 async def _merged(jobs: list[Job]) -> AsyncIterator[tuple[int, Event]]:
-    """Every job's events as they come, with the job's index, until each job's final event."""
-    merged: asyncio.Queue = asyncio.Queue()
+    """Every job's events as they come, with the job's index, until each job's final event.
+
+    The merged queue holds one event per job at most: a reader that stops reading stops the pumps,
+    so its events wait in each job's own queue, where the engine cancels the job past
+    MAX_UNREAD_EVENTS (an unbounded merged queue hid them from it and grew without end).
+    """
+    merged: asyncio.Queue = asyncio.Queue(maxsize=len(jobs))
 
     async def pump(i: int, job: Job) -> None:
         while not (event := await job.events.get()).final:

@@ -40,9 +40,19 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     return await _serve(request, body, chat_logprobs(body), chat=True)
 
 
+def with_top(body: dict, top: int | None) -> dict:
+    """The body with OpenAI's top-N candidates as the native ``n_probs`` they stand for (a native
+    ``n_probs`` the body sends wins, as in llama-server), so that parsing bounds ``n_probs`` x
+    ``n_predict`` for both (request.N_PROBS_BUDGET) before the request is queued."""
+    if top and not body.get("n_probs"):
+        return {**body, "n_probs": top}
+    return body
+
+
 async def _serve(request: web.Request, body: dict, top: int | None, *, chat: bool) -> web.StreamResponse:
     """One job, or one per choice when ``n`` > 1; text or chat shapes."""
     fmt = CHAT if chat else TEXT
+    body = with_top(body, top)
     n = choices(request, body)
     if n > 1:
         return await serve_choices(request, lambda service, tenant: service.submit_choices(
