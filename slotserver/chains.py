@@ -12,6 +12,10 @@ client can probe, through ``draft_n`` timings, whether another client sent a pas
 - ``per-request``: a fresh chain for each request; only the request's own prompt and output are
   drafted from. Nothing is learned across requests.
 
+The KV prompt cache follows the same scope (``kv_owner``): a request reuses only cache its own
+tenant left (per-request: only its own choices' shared prompt), so ``cache_n``/``cached_tokens`` and
+the prompt time never tell one tenant what another sent. ``SlotLifecycle`` records each slot's owner.
+
 Statistics of all chains count into the shared chain's ``DrafterStats`` (metrics stay one series
 per drafter type). Engine thread only.
 """
@@ -54,6 +58,17 @@ class ChainSet:
                                                                     profile=self.profile)
             return chain
         return DraftChain.from_spec(self.spec, stats=self.shared.stats, profile=self.profile)
+
+    def kv_owner(self, tenant: str, request_id: str) -> str:
+        """Who may reuse the KV prompt cache a request of ``tenant`` (an API key's id) with the id
+        ``request_id`` (shared by all its choices) leaves, and whose cache it may reuse: "" (everyone)
+        when shared. A GET /slots, which is no generation request, passes ``request_id`` "" and owns
+        nothing under per-request."""
+        if self.scope == "shared":
+            return ""
+        if self.scope == "per-key":
+            return f"key {tenant}"
+        return f"request {request_id}" if request_id else "request (none)"
 
     @property
     def n_chains(self) -> int:

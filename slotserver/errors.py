@@ -39,6 +39,13 @@ class PromptTooLong(BadRequest):
         return body
 
 
+class Forbidden(ServerError):
+    """The request is understood and authenticated, but this server does not let it do that."""
+
+    status = 403
+    type = "permission_error"
+
+
 class NotSupported(ServerError):
     status = 501
     type = "not_supported_error"

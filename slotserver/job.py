@@ -73,11 +73,16 @@ class Job:
     t_queued: float = field(default_factory=time.perf_counter)
     t_created: float = field(default_factory=time.time)  # wall clock, for the APIs' "created" fields
     parent: "Job | None" = None  # first choice of an n > 1 request: this job waits for its prompt, then shares its KV
-    tenant: str = ""  # whose learned drafter state the job may use (an API key's id; see chains.py)
+    tenant: str = ""  # whose learned drafter state and KV prompt cache the job may use (an API key's id; chains.py)
     t_deadline: float = float("inf")  # perf_counter time after which the engine ends the job (server --timeout)
     t_prompt_start: float = 0.0
     t_prompt_end: float = 0.0
     t_last_token: float = 0.0
+
+    @property
+    def request_id(self) -> str:
+        """The id every choice of one request shares (the first choice's): a per-request cache tenant."""
+        return self.parent.id if self.parent is not None else self.id
 
     @property
     def n_gen(self) -> int:

@@ -4,6 +4,12 @@ The only code that gives a slot a job or takes it away, so the rules live in one
 slot holds a sampler chain (and a grammar sampler if the request has a grammar) and pending prompt
 tokens; a released slot holds none of them, and keeps the tokens whose KV entries it still has (for
 prefix reuse by a later request). Engine thread only.
+
+It is also the one owner of whose prompts a slot's cache holds (``Slot.kv_owner``, the tenant of
+``ChainSet.kv_owner``: "" for everyone under ``--spec-learning shared``, else an API key or one
+request): a job of another tenant finds the cache empty (it is evicted before anything can reuse
+it: common prefix, ``n_cache_reuse``; the draft model's context of the slot too), so ``cache_n``
+and the prompt time never reveal another tenant's prompt.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from slotserver.errors import ServerError
 from slotserver.grammar_sampler import new_grammar
 from slotserver.job import Event, Job
 from slotserver.kv_moves import plan_chunk_reuse, plan_context_shift
+from slotserver.model_drafter import ModelDrafter
 from slotserver.sampler_chain import free_sampler, make_sampler
 from slotserver.scheduler import common_prefix
 from slotserver.slots import Slot, SlotState
@@ -26,11 +33,13 @@ log = logging.getLogger(__name__)
 
 
 class SlotLifecycle:
-    def __init__(self, engine: Engine, chains: ChainSet, stats: ServerStats, *, cache_prompt: bool) -> None:
+    def __init__(self, engine: Engine, chains: ChainSet, stats: ServerStats, *, cache_prompt: bool,
+                 model_drafter: ModelDrafter | None = None) -> None:
         self.engine = engine
         self.chains = chains
         self.stats = stats
         self.cache_prompt = cache_prompt
+        self.model_drafter = model_drafter  # its per-slot draft context is the slot's tenant's too
 
     def start(self, slot: Slot, job: Job, share: Slot | None = None) -> None:
         """Give ``job`` to the idle ``slot``: reuse the longest usable cached prefix, build the sampler.
@@ -41,6 +50,12 @@ class SlotLifecycle:
         assert slot.is_idle and slot.sampler is None and slot.grammar is None
         slot.job = job  # first: if anything below raises, ``release`` can still end the job
         slot.state = SlotState.PREFILL
+        owner = self.chains.kv_owner(job.tenant, job.request_id)
+        if slot.kv_owner != owner:
+            self.forget(slot)  # another tenant's prompt: never reused, gone before this job runs
+            if self.model_drafter is not None:
+                self.model_drafter.forget(slot.id)
+            slot.kv_owner = owner
         use_cache = self.cache_prompt and job.request.cache_prompt
         n_keep = common_prefix(slot.cache, job.prompt) if use_cache else 0
         n_keep = min(n_keep, len(job.prompt) - 1)  # at least one token is evaluated

@@ -239,6 +239,12 @@ class ModelDrafter:
         st.batch_slots.observe(len(entries))
         return rows
 
+    def forget(self, slot_id: int) -> None:
+        """Forget one slot's draft sequence and payoff record (its cache now serves another tenant:
+        a kept prefix would make the new tenant's prompt faster where it matches the old one's)."""
+        if self._seqs.pop(slot_id, None) is not None:
+            self.engine.remove(slot_id, 0)
+
     def reset(self) -> None:
         """Forget every slot's draft sequence (after a failed draft decode its KV cannot be trusted)."""
         self.stats.n_failures += 1

@@ -87,7 +87,8 @@ class Runner:
         self.on_fatal = on_fatal  # called once, on the event loop, if the engine loop dies
         self.failure = ""  # why the engine loop stopped; empty while it runs
         self.waiting: collections.deque[Job] = collections.deque()  # engine thread only
-        self.lifecycle = SlotLifecycle(engine, self.chains, self.stats, cache_prompt=cache_prompt)
+        self.lifecycle = SlotLifecycle(engine, self.chains, self.stats, cache_prompt=cache_prompt,
+                                       model_drafter=model_drafter)
         if context_shift and not engine.can_shift:
             log.warning("--context-shift is off: this model's KV cache cannot be shifted")
         self.context_shift = context_shift and engine.can_shift
@@ -265,8 +266,9 @@ class Runner:
             if job.parent is not None and self._prompt_pending(job.parent):
                 still_waiting.append(job)  # another choice of the same request: it will share the prompt's KV
                 continue
-            idle = [IdleSlot(s.id, s.cache, s.t_last_used) for s in self.slots if s.is_idle]
-            slot_id = pick_slot(idle, job.prompt, job.request.id_slot, len(self.slots))
+            idle = [IdleSlot(s.id, s.cache, s.t_last_used, s.kv_owner) for s in self.slots if s.is_idle]
+            slot_id = pick_slot(idle, job.prompt, job.request.id_slot, len(self.slots),
+                                self.chains.kv_owner(job.tenant, job.request_id))
             if slot_id is None:
                 still_waiting.append(job)
                 continue

@@ -82,21 +82,29 @@ class IdleSlot:
     slot_id: int
     cache: Sequence[int]  # tokens whose KV the slot holds
     t_last_used: float
+    owner: str = ""  # the tenant whose prompts ``cache`` holds (``Slot.kv_owner``)
 
 
-def pick_slot(idle: Sequence[IdleSlot], prompt: Sequence[int], id_slot: int, n_slots: int) -> int | None:
-    """Slot for a new request, or None to keep it waiting.
+def pick_slot(idle: Sequence[IdleSlot], prompt: Sequence[int], id_slot: int, n_slots: int,
+              owner: str = "") -> int | None:
+    """Slot for a new request of the cache tenant ``owner``, or None to keep it waiting.
 
     A pinned ``id_slot`` (wrapped modulo the slot count, as llama.cpp) waits for that slot. Else the
     idle slot sharing the longest cached prefix with the prompt wins, else the least recently used.
+    Only caches ``owner`` left count: another tenant's cache is as good as empty (``ChainSet.kv_owner``),
+    so which slot a request gets never depends on the text another tenant sent.
     """
     if id_slot >= 0:
         want = id_slot % n_slots
         return want if any(s.slot_id == want for s in idle) else None
     if not idle:
         return None
-    best = max(idle, key=lambda s: (common_prefix(s.cache, prompt), -s.t_last_used))
-    if common_prefix(best.cache, prompt) > 0:
+
+    def n_common(s: IdleSlot) -> int:
+        return common_prefix(s.cache, prompt) if s.owner == owner else 0
+
+    best = max(idle, key=lambda s: (n_common(s), -s.t_last_used))
+    if n_common(best) > 0:
         return best.slot_id
     return min(idle, key=lambda s: s.t_last_used).slot_id
 

@@ -19,6 +19,9 @@ class SlotState(enum.Enum):
 class Slot:
     id: int  # also the llama.cpp sequence id
     cache: list[int] = field(default_factory=list)  # tokens whose KV entries this slot holds, in order
+    # The tenant whose prompts ``cache`` holds (``ChainSet.kv_owner``; "" when the cache is shared):
+    # only its requests reuse the cache. Set by ``SlotLifecycle.start``, its only writer.
+    kv_owner: str = ""
     state: SlotState = SlotState.IDLE
     job: Job | None = None
     sampler: object = None  # llama sampler chain of the current job (engine-owned pointer)

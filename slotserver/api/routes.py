@@ -13,8 +13,8 @@ from slotserver.api import oai
 from slotserver.api.bodies import json_response, native_body, native_events, sampling_settings
 from slotserver.api.completion import Formatter, serve_job
 from slotserver.api.json_body import parse_json_body
-from slotserver.api.state import STATE
-from slotserver.errors import BadRequest, NotSupported, Unavailable
+from slotserver.api.state import STATE, TENANT
+from slotserver.errors import BadRequest, Forbidden, NotSupported, Unavailable
 from slotserver.slot_files import ACTIONS, SlotFiles, check_filename
 
 NATIVE = Formatter(native_body, native_events, done_marker=False)
@@ -95,15 +95,23 @@ async def props(request: web.Request) -> web.Response:
 
 
 async def slots(request: web.Request) -> web.Response:
+    """GET /slots. Under ``--spec-learning per-key|per-request`` a slot whose cache another tenant
+    left (``Slot.kv_owner``) shows only its id, context and whether it is busy: its cached token
+    count and its request would tell what another tenant sent."""
     state = request.app[STATE]
     runner = state.ready()
     if not state.config.slots_endpoint:
         raise NotSupported("This server does not support slots endpoint.")
+    mine = runner.chains.kv_owner(request.get(TENANT, ""), "")
     out = []
     for slot in runner.slots:
         job = slot.job
         item = {"id": slot.id, "n_ctx": runner.engine.n_ctx_slot, "speculative": bool(runner.chain.types),
-                "is_processing": job is not None, "n_cached_tokens": len(slot.cache)}
+                "is_processing": job is not None}
+        if slot.kv_owner != mine:
+            out.append(item)
+            continue
+        item["n_cached_tokens"] = len(slot.cache)
         if job is not None:
             item.update(
                 n_prompt_tokens=len(job.prompt), n_prompt_tokens_cache=job.n_cached,
@@ -121,9 +129,16 @@ async def slots(request: web.Request) -> web.Response:
 
 
 async def slot_action(request: web.Request) -> web.Response:
-    """POST /slots/{id}?action=save|restore|erase, as llama-server (needs --slot-save-path)."""
+    """POST /slots/{id}?action=save|restore|erase, as llama-server (needs --slot-save-path).
+
+    Refused (403) under ``--spec-learning per-key|per-request``: a slot file holds one tenant's
+    prompts, a restored cache would serve whichever tenant the slot gets next, and no key is an
+    administrator's."""
     state = request.app[STATE]
     runner = state.ready()
+    if runner.chains.scope != "shared":
+        raise Forbidden(f"slot save, restore and erase are off under --spec-learning {runner.chains.scope}: "
+                        "a slot's cache belongs to one tenant")
     if not state.config.slot_save_path:
         raise NotSupported("This server does not support slot save/restore. Start it with --slot-save-path.")
     action = request.query.get("action", "")

@@ -57,3 +57,13 @@ def test_every_chain_counts_into_the_shared_stats():
 def test_unknown_scope_is_refused():
     with pytest.raises(ValueError):
         make("per-moon")
+
+
+def test_the_kv_prompt_cache_has_the_same_tenants_as_learning():
+    """Whose KV prompt cache a request may reuse (``Slot.kv_owner``): everyone's when shared, its key's
+    under per-key, only its own request's (all its choices) under per-request."""
+    shared, per_key, per_request = make("shared"), make("per-key"), make("per-request")
+    assert shared.kv_owner("key-1", "r1") == shared.kv_owner("key-2", "r2") == ""
+    assert per_key.kv_owner("key-1", "r1") == per_key.kv_owner("key-1", "r2") != per_key.kv_owner("key-2", "r1")
+    assert per_request.kv_owner("key-1", "r1") != per_request.kv_owner("key-1", "r2")
+    assert per_request.kv_owner("key-1", "") not in (per_request.kv_owner("key-1", "r1"), "")  # GET /slots owns nothing

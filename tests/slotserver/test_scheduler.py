@@ -58,3 +58,17 @@ def test_prefix_whose_sliding_window_entries_were_recycled_is_not_reused():
     assert reusable_prefix(n_keep=600, pos_min=200, n_swa=512) == 0  # the window of position 600 is gone
     assert reusable_prefix(n_keep=100, pos_min=5, n_swa=512) == 0
     assert reusable_prefix(n_keep=100, pos_min=5, n_swa=0) == 100  # no sliding window: full layers only
+
+
+def test_only_the_cache_of_the_requests_own_tenant_counts():
+    """--spec-learning per-key: key-2's request never goes to key-1's slot for its prefix (which would
+    reveal that key-1 sent it); key-1's own prefix still wins."""
+    idle = [IdleSlot(0, [1, 2, 3, 4], 9.0, owner="key key-1"), IdleSlot(1, [7], 1.0, owner="key key-2"),
+            IdleSlot(2, [], 5.0, owner="")]
+    assert pick_slot(idle, [1, 2, 3, 9], -1, 3, owner="key key-1") == 0
+    assert pick_slot(idle, [1, 2, 3, 9], -1, 3, owner="key key-2") == 1  # no prefix of its own: LRU
+    assert pick_slot(idle, [7, 8], -1, 3, owner="key key-2") == 1  # its own prefix
+    assert pick_slot(idle, [7, 8], -1, 3, owner="key key-3") == 1  # LRU, as if every cache were empty
+    assert pick_slot(idle, [1, 2], 0, 3, owner="key key-2") == 0  # a pinned slot is still the pinned slot
+    shared = [IdleSlot(0, [1, 2, 3, 4], 9.0), IdleSlot(1, [7], 1.0)]
+    assert pick_slot(shared, [1, 2, 3, 9], -1, 2) == 0  # shared (the default): every cache counts
