@@ -1,5 +1,9 @@
 """Turn a request body into a queued job: parse, render chat messages, tokenize, check the context.
 
+Chat message content is tokenized as plain text, the template's control tokens as such
+(``chat_tokens``; ``--chat-special`` parses the whole render), so a message cannot forge a turn.
+Raw prompts (``/completion``, ``/v1/completions``) parse control tokens, as llama-server does.
+
 The one call the HTTP handlers make to start generation (``submit`` / ``submit_chat``); handlers
 stay HTTP only. The work runs in a worker thread, never on the event loop (tokenizing a long
 prompt takes a while), then the job is queued on the loop. Raises ``BadRequest`` (or
@@ -11,7 +15,9 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 from functools import partial
+from typing import Callable
 
+from slotserver.chat_tokens import ControlTokens, TemplateMismatch, content_spans, split_specials, tokenize_pieces
 from slotserver.config import ServerConfig
 from slotserver.errors import BadRequest, NotSupported, PromptTooLong
 from slotserver.grammar_compile import check_gbnf, to_gbnf
@@ -47,6 +53,7 @@ class CompletionService:
         self.n_ctx = runner.engine.n_ctx_slot  # what one request may use (llama-server's n_ctx_slot)
         self.seed_default = config.seed & 0xFFFFFFFF if config.seed >= 0 else DEFAULT_SEED
         self.bounds = RequestBounds(n_ctx=self.n_ctx, n_vocab=self.vocab.n_tokens)
+        self._control_tokens: ControlTokens | None = None
 
     async def submit(self, body: dict, *, tenant: str = "", logprobs: int | None = None) -> Job:
         """Validate, tokenize and queue a completion request; the job's events follow.
@@ -96,11 +103,13 @@ class CompletionService:
         self.runner.submit(job)
         return job
 
-    def prepare(self, body: dict, logprobs: int | None = None) -> Job:
+    def prepare(self, body: dict, logprobs: int | None = None, *,
+                tokenize: Callable[[PromptPieces], list[int]] | None = None) -> Job:
         """Parse, tokenize and check a completion request (any thread); nothing is queued.
 
         ``logprobs`` (OpenAI's, None if not asked): record every token's probability, with that many
         top candidates unless the native ``n_probs`` says how many (it wins, as in llama-server).
+        ``tokenize``: how the prompt becomes tokens, when not as a raw prompt (``tokenize_prompt``).
         """
         cfg = self.config
         req = parse_completion(body, cfg.n_predict, self.seed_default, bounds=self.bounds,
@@ -113,7 +122,7 @@ class CompletionService:
         if n_chars > MAX_PROMPT_CHARS_PER_TOKEN * self.n_ctx:
             raise BadRequest(f"the prompt has {n_chars} characters, more than a context of {self.n_ctx} "
                              "tokens can hold; it was not tokenized")
-        prompt = self.tokenize_prompt(req.prompt)
+        prompt = (tokenize or self.tokenize_prompt)(req.prompt)
         if req.sampling.logit_bias:
             biases = resolve(req.sampling.logit_bias, lambda text: self.vocab.tokenize(text, False, False),
                              self.vocab.n_tokens)
@@ -141,11 +150,37 @@ class CompletionService:
             raise BadRequest(f"'speculative.oracle' has a token id outside the vocabulary of {self.vocab.n_tokens}")
 
     def prepare_chat(self, body: dict, logprobs: int | None = None) -> Job:
-        return self.prepare({**body, "prompt": self.render_chat(body)}, logprobs)
+        """A chat request's job. Message content is tokenized as text, the template's control tokens
+        as such (``chat_tokens``), unless ``--chat-special``: then the whole render parses them."""
+        if self.config.chat_special:
+            return self.prepare({**body, "prompt": self.render_chat(body)}, logprobs)
+        messages = parse_messages(body.get("messages"))
+        try:
+            text, spans = content_spans(self._render, messages)
+        except TemplateMismatch as exc:
+            raise NotSupported(f"{exc}, so message content cannot be told from the template's own text; "
+                               "start the server with --chat-special to tokenize the prompt as rendered") from None
+
+        def tokenize(_: PromptPieces) -> list[int]:
+            vocab = self.vocab
+            return tokenize_pieces(split_specials(text, spans, self.control_tokens),
+                                   lambda piece: vocab.tokenize(piece, add_special=False, parse_special=False),
+                                   bos=vocab.bos if vocab.add_bos else None, eos=vocab.eos if vocab.add_eos else None)
+
+        return self.prepare({**body, "prompt": text}, logprobs, tokenize=tokenize)
+
+    @property
+    def control_tokens(self) -> ControlTokens:
+        """The vocabulary's control tokens by text (read once; any thread: a race only reads twice)."""
+        if self._control_tokens is None:
+            self._control_tokens = ControlTokens.from_vocab(self.vocab)
+        return self._control_tokens
 
     def render_chat(self, body: dict) -> str:
         """The prompt of a chat request's ``messages`` (any thread: a pure function of the template)."""
-        messages = parse_messages(body.get("messages"))
+        return self._render(parse_messages(body.get("messages")))
+
+    def _render(self, messages: list[tuple[str, str]]) -> str:
         try:
             return self.runner.engine.chat_prompt(messages)
         except ValueError as exc:
