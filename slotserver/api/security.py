@@ -322,15 +322,20 @@ class HostAllowlist:
             return True
         return parsed.port is not None and f"{parsed.host}:{parsed.port}" in self.name_ports
 
+    def admits(self, request: web.Request) -> bool:
+        """Whether the request's ``Host`` header is allowed. Only the header counts (aiohttp's
+        ``request.host`` falls back to the socket's address). No header: HTTP/1.0, admitted;
+        aiohttp's parser already answered 400 to an HTTP/1.1 request without one or with two. An
+        empty one (an HTTP/1.1 client with no authority to name) names nothing to rebind either."""
+        value = request.headers.get("Host")
+        return not value or self.allows(value)
+
 
 def host_refusal(request: web.Request, hosts: HostAllowlist) -> web.Response | None:
-    """The 403 for a request whose ``Host`` is not allowed; None when it may go on. Only the header
-    counts (aiohttp's ``request.host`` falls back to the socket's address). No header: HTTP/1.0,
-    served; aiohttp's parser already answered 400 to an HTTP/1.1 request without one or with two.
-    An empty one (an HTTP/1.1 client with no authority to name) names nothing to rebind either."""
-    value = request.headers.get("Host")
-    if not value or hosts.allows(value):
+    """The 403 for a request whose ``Host`` is not allowed; None when it may go on."""
+    if hosts.admits(request):
         return None
+    value = request.headers["Host"]
     return refusal(403, f"host {value[:MAX_ECHOED_HOST]!r} not allowed; see --allowed-host", "permission_error")
 
 
@@ -353,9 +358,12 @@ class Policy:
                    hosts=HostAllowlist.from_config(config.host, config.allowed_hosts))
 
     def allowed_origin(self, request: web.Request) -> str | None:
-        """The request's ``Origin`` if it has one and it is allowed; else None."""
+        """The request's ``Origin`` if it has one and it is allowed; else None. Never on a refused
+        ``Host``: its 403 must not grant the rebinding page a read of itself (``cors_headers``)."""
         origin = request.headers.get("Origin")
-        if origin is None or not origin_allowed(origin, own=own_origin(request), allowed=self.cors_origins):
+        if origin is None or not self.hosts.admits(request):
+            return None
+        if not origin_allowed(origin, own=own_origin(request), allowed=self.cors_origins):
             return None
         return origin
 

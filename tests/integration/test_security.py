@@ -1,9 +1,9 @@
-"""API keys and the browser Origin policy on real servers (slotserver/api/security.py).
+"""API keys, the browser Origin policy and the Host allowlist on real servers (slotserver/api/security.py).
 
 Three small servers, one slot each: ``keyed`` (``--api-key k1,k2``, a key file with ``k3``,
-``--metrics``, ``--cors-origin http://allowed.example``), ``scraped`` (a key and
-``--metrics-no-auth``) and ``open`` (no key: the default, where the Origin policy alone stops a
-foreign page). Requests stay tiny (``n_predict`` <= 4).
+``--metrics``, ``--cors-origin http://allowed.example``, ``--allowed-host my.lan``), ``scraped`` (a
+key and ``--metrics-no-auth``) and ``open`` (no key: the default, where the Origin policy and the
+Host allowlist alone stop a foreign page). Requests stay tiny (``n_predict`` <= 4).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ async def keyed(tmp_path_factory):
     key_file = tmp_path_factory.mktemp("keys") / "api-keys"
     key_file.write_text("# the editor plugin's key\n\nk3\n")
     srv = await start(["--api-key", "k1,k2", "--api-key-file", str(key_file), "--metrics",
-                       "--cors-origin", ALLOWED])
+                       "--cors-origin", ALLOWED, "--allowed-host", "my.lan"])
     yield srv
     await srv.stop()
 
@@ -188,3 +188,42 @@ async def test_per_key_learning_gives_each_key_its_own_drafters():
         assert chains.for_tenant("key-1") is not srv.state.runner.chain  # the shared, saved one stays apart
     finally:
         await srv.stop()
+
+
+def host_refused(host: str) -> dict:
+    return {"error": {"code": 403, "message": f"host {host!r} not allowed; see --allowed-host",
+                      "type": "permission_error"}}
+
+
+async def test_dns_rebinding_hosts_are_403_and_loopback_hosts_work(open_server):
+    """A rebinding page's requests name the attacker's host (with a matching Origin); curl, llama.vim
+    and Python clients name a loopback address or localhost and send no Origin."""
+    port = open_server.port
+    rebind = f"rebind.attacker.example:{port}"
+    before = finished(open_server)
+    for method, path, body, headers in [
+        ("GET", "/props", None, {"Host": "evil.example"}),
+        ("GET", "/props", None, {"Host": rebind, "Origin": f"http://{rebind}"}),
+        ("POST", "/completion", json.dumps(TINY), {"Host": rebind, "Origin": f"http://{rebind}",
+                                                   "Content-Type": "text/plain"}),
+        ("POST", "/v1/chat/completions", CHAT, {"Host": rebind, "Origin": f"http://{rebind}"}),
+    ]:
+        status, resp_headers, out = await call(open_server, method, path, body, **headers)
+        assert (status, out) == (403, host_refused(headers["Host"])), (method, path, headers)
+        assert "Access-Control-Allow-Origin" not in resp_headers
+    assert finished(open_server) == before  # refused before any work
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}", "localhost"):
+        status, _, out = await call(open_server, "GET", "/props", Host=host)
+        assert status == 200 and out["total_slots"] == 1, host
+        status, _, out = await call(open_server, "POST", "/completion", TINY, Host=host)
+        assert status == 200 and out["tokens_predicted"] == 2, host
+    assert finished(open_server) == before + 4
+
+
+async def test_allowed_host_admits_its_name_only(keyed):
+    for host in ("my.lan", f"my.lan:{keyed.port}", "MY.LAN."):
+        status, _, out = await call(keyed, "POST", "/completion", TINY, Host=host, X_Api_Key="k1")
+        assert status == 200 and out["tokens_predicted"] == 2, host
+    for host in ("other.lan", f"my.lan.evil.example:{keyed.port}"):
+        status, _, out = await call(keyed, "POST", "/completion", TINY, Host=host, X_Api_Key="k1")
+        assert (status, out) == (403, host_refused(host)), host

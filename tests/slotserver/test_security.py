@@ -260,6 +260,7 @@ async def test_foreign_host_403_before_routing_origin_and_key(client):
                                   ("OPTIONS", "/completion", rebind)):
         resp = await client.request(method, path, headers=headers)
         assert resp.status == 403, (method, path, headers)
+        assert "Access-Control-Allow-Origin" not in resp.headers  # "same origin" as the refused Host: no grant
         assert await resp.json() == {"error": {
             "code": 403, "message": f"host {headers['Host']!r} not allowed; see --allowed-host",
             "type": "permission_error"}}
