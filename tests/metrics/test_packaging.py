@@ -13,6 +13,9 @@ from pathlib import Path
 import dockerfile
 import yaml
 
+from slotserver.api.security import HostAllowlist
+from slotserver.cli import build_parser, config_from_args
+
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARDS = ROOT / "dashboards"
 
@@ -57,6 +60,9 @@ def test_compose_and_provisioning_agree():
                 assert (DASHBOARDS / source).exists(), volume
     prometheus = yaml.safe_load((DASHBOARDS / "prometheus.yml").read_text())
     assert prometheus["scrape_configs"][0]["static_configs"][0]["targets"] == ["server:8080"]
+    # The server answers a scrape that names it by its service name (the Host allowlist).
+    config = config_from_args(build_parser().parse_args(services["server"]["command"][1:]))
+    assert HostAllowlist.from_config(config.host, config.allowed_hosts).allows("server:8080")
     provisioning = DASHBOARDS / "grafana" / "provisioning"
     datasource = yaml.safe_load((provisioning / "datasources" / "prometheus.yaml").read_text())["datasources"][0]
     assert datasource["type"] == "prometheus" and datasource["url"] == "http://prometheus:9090"
