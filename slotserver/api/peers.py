@@ -30,13 +30,14 @@ Behind a reverse proxy every request has the proxy's address: the per-peer caps 
 the whole server (set them to the proxy's own limits or higher).
 
 What aiohttp itself bounds (3.14): a request line and each header line 8,190 bytes, 128 header lines
-(400 past either); an idle keep-alive connection closes after 75 s (``run_app``'s default); after an
-answer to a request whose body was not read whole (a 408, 429 or 413 here), it reads and discards
-the rest for up to 10 s (``lingering_time``), then closes the connection. What it does not bound:
-a connection that never finishes its headers has no deadline, and no request exists yet for a
-middleware to see; aiohttp offers no hook to count connections per peer short of replacing its
-protocol factory. Such a connection costs one file descriptor and a few KB, but no place, no
-handler and no body buffer; a reverse proxy in front (or the fd limit) bounds them.
+(400 past either); an idle keep-alive connection closes after 75 s (``run_app``'s default); since
+3.14.5 (aio-libs/aiohttp#13681) so does a new connection that has not finished a request's headers
+by then, however slowly it trickles them (3.14.3 kept it open for good); after an answer to a request
+whose body was not read whole (a 408, 429 or 413 here), it reads and discards the rest for up to
+10 s (``lingering_time``), then closes the connection. Not capped: open connections per peer. No
+request exists for a middleware to see before the headers are complete, and aiohttp has no hook
+short of replacing its protocol factory. Such a connection costs one file descriptor and a few KB,
+but no place, no handler and no body buffer; the fd limit or a reverse proxy in front bounds them.
 """
 
 from __future__ import annotations
