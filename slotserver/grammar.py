@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slotserver.errors import BadRequest
+from slotserver.grammar_budget import check_grammar_budget
 
 # GBNF text (sent, or converted from a schema) and a schema's JSON: 64 KiB covers a schema of a few
 # hundred properties; llama.cpp keeps the parsed rules per request and walks them for every token.
@@ -25,6 +26,12 @@ REPEAT_KEYWORDS = ("minItems", "maxItems", "minLength", "maxLength")
 # A regex ``pattern`` is written out the same way, and nested quantifiers multiply: ``((a{9}){9}){9}``
 # becomes 729 literal characters. Patterns whose written-out size would pass this are refused.
 MAX_PATTERN_COST = 100_000
+# A schema's nesting (JSON levels: an object property is two) and its properties, enum values and
+# anyOf/oneOf/allOf/prefixItems entries in all: the converter recurses per level and writes rules per
+# entry (OpenAI's structured outputs allow 5 object levels and a few hundred of each).
+MAX_SCHEMA_DEPTH = 32
+MAX_SCHEMA_BRANCHES = 1000
+BRANCH_KEYWORDS = ("properties", "enum", "anyOf", "oneOf", "allOf", "prefixItems")
 # OpenAI ``{"type": "json_object"}``: any JSON object.
 ANY_OBJECT = {"type": "object"}
 
@@ -58,6 +65,7 @@ def _grammar(body: dict) -> Constraint | None:
         raise BadRequest("'grammar' must be a string (GBNF)")
     if len(value) > MAX_GRAMMAR_CHARS:
         raise BadRequest(f"'grammar' must be at most {MAX_GRAMMAR_CHARS} characters long (got {len(value)})")
+    check_grammar_budget(value, "grammar")  # before llama.cpp parses it (grammar_compile.check_gbnf)
     return Constraint("grammar", gbnf=value)
 
 
@@ -97,15 +105,31 @@ def _response_format(value: Any) -> Constraint | None:
 
 
 def check_schema_bounds(schema: Any, field: str) -> None:
-    """Refuse repetition counts and regex patterns the converter would write out too large."""
-    stack = [schema]
+    """Refuse what the converter would write out too large or follow elsewhere: deep nesting, too many
+    properties/enum values/branches, large repetition counts, multiplying regex patterns, and any
+    ``$ref`` but a local ``#/...`` one (llama-cpp-python's converter never fetches a URL, and with
+    this it is never asked to)."""
+    stack = [(schema, 1)]
+    n_branches = 0
     while stack:
-        node = stack.pop()
+        node, depth = stack.pop()
         if isinstance(node, list):
-            stack.extend(node)
+            stack.extend((item, depth + 1) for item in node)
             continue
         if not isinstance(node, dict):
             continue
+        if depth > MAX_SCHEMA_DEPTH:
+            raise BadRequest(f"'{field}': the schema nests more than {MAX_SCHEMA_DEPTH} levels deep")
+        for key in BRANCH_KEYWORDS:
+            if isinstance(node.get(key), (dict, list)):
+                n_branches += len(node[key])
+        if n_branches > MAX_SCHEMA_BRANCHES:
+            raise BadRequest(f"'{field}': the schema has more than {MAX_SCHEMA_BRANCHES} properties, enum values "
+                             "and anyOf/oneOf/allOf/prefixItems entries in all")
+        ref = node.get("$ref")
+        if isinstance(ref, str) and not ref.startswith("#/"):
+            raise BadRequest(f"'{field}': '$ref' must point inside the schema ('#/...'), got {ref[:80]!r}: "
+                             "schemas are never fetched")
         for key in REPEAT_KEYWORDS:
             count = node.get(key)
             if isinstance(count, (int, float)) and not isinstance(count, bool) and count > MAX_SCHEMA_REPEAT:
@@ -114,7 +138,7 @@ def check_schema_bounds(schema: Any, field: str) -> None:
         if isinstance(pattern, str) and pattern_cost(pattern) > MAX_PATTERN_COST:
             raise BadRequest(f"'{field}': the pattern {pattern[:40]!r} repeats too much to be turned into a grammar "
                              f"(its quantifiers multiply past {MAX_PATTERN_COST})")
-        stack.extend(node.values())
+        stack.extend((value, depth + 1) for value in node.values())
 
 
 def pattern_cost(pattern: str) -> int:

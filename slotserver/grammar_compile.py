@@ -2,7 +2,10 @@
 
 Runs in the worker thread that prepares the request, so a bad grammar is a 400 naming its field and
 never reaches the engine step: schemas go through llama-cpp-python's converter (the Python port of
-llama.cpp's ``json_schema_to_grammar``), and the text is parsed once by ``llama_sampler_init_grammar``,
+llama.cpp's ``json_schema_to_grammar``, which never fetches: ``allow_fetch=False``, and
+``grammar.check_schema_bounds`` refuses any ``$ref`` but a local one first), the text it writes is held
+to the same structural budgets as a ``grammar`` field (``grammar_budget``: llama.cpp's parser would
+crash or stall on what they refuse), and only then parsed once by ``llama_sampler_init_grammar``,
 which returns NULL on a syntax error, an undefined rule, a missing ``root`` or left recursion (llama.cpp
 prints why to stderr). That trial sampler is freed at once; the slot builds its own when the request
 starts (``grammar_sampler``), so no C pointer travels with a job that may never start.
@@ -17,6 +20,7 @@ from llama_cpp.llama_grammar import json_schema_to_gbnf
 
 from slotserver.errors import BadRequest
 from slotserver.grammar import MAX_GRAMMAR_CHARS, Constraint
+from slotserver.grammar_budget import check_grammar_budget
 
 ROOT = b"root"
 
@@ -36,6 +40,7 @@ def to_gbnf(constraint: Constraint) -> str:
     if len(text) > MAX_GRAMMAR_CHARS:
         raise BadRequest(f"'{constraint.field}': the schema's grammar would be {len(text)} characters long, "
                          f"more than {MAX_GRAMMAR_CHARS}")
+    check_grammar_budget(text, constraint.field, "the schema's grammar")
     return text
 
 

@@ -8,12 +8,21 @@ import re
 import pytest
 
 from slotserver.errors import BadRequest
-from slotserver.grammar import ANY_OBJECT, MAX_GRAMMAR_CHARS, MAX_PATTERN_COST, Constraint, pattern_cost
+from slotserver.grammar import (ANY_OBJECT, MAX_GRAMMAR_CHARS, MAX_PATTERN_COST, MAX_SCHEMA_BRANCHES, MAX_SCHEMA_DEPTH,
+                                Constraint, pattern_cost)
 from slotserver.grammar_compile import to_gbnf
 from slotserver.request import parse_completion
 from slotserver.sampling import SamplingParams
 
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+
+
+def nested(levels: int) -> dict:
+    """An object schema ``levels`` objects deep (two JSON levels each: the object and its properties)."""
+    schema: dict = {"type": "integer"}
+    for _ in range(levels):
+        schema = {"type": "object", "properties": {"a": schema}}
+    return schema
 
 
 def constraint(**fields) -> Constraint | None:
@@ -55,10 +64,24 @@ def test_response_format_maps_as_openai_and_llama_server():
     ({"response_format": {"type": "json_object", "schema": {"properties": {"s": {"minLength": 5000}}}}},
      "'response_format': 'minLength'"),
     ({"json_schema": {"type": "string", "pattern": "^((a{99}){99}){99}$"}}, "'json_schema': the pattern"),
+    ({"json_schema": nested(MAX_SCHEMA_DEPTH // 2)}, f"'json_schema': the schema nests more than {MAX_SCHEMA_DEPTH}"),
+    ({"json_schema": {"enum": list(range(MAX_SCHEMA_BRANCHES + 1))}}, f"more than {MAX_SCHEMA_BRANCHES} properties, enum"),
+    ({"json_schema": {"anyOf": [{"enum": list(range(500))}, {"enum": list(range(500))}]}}, "enum values and anyOf"),
+    ({"json_schema": {"$ref": "https://example.com/schema.json"}}, "'json_schema': '\\$ref' must point inside the schema"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"schema": {"properties": {
+        "a": {"$ref": "http://169.254.169.254/latest"}}}}}}, "'response_format': '\\$ref' must point inside"),
+    ({"json_schema": {"$ref": "other.json#/a"}}, "schemas are never fetched"),
 ])
 def test_malformed_constraints_are_a_400_naming_the_field(fields, needle):
     with pytest.raises(BadRequest, match=needle):
         constraint(**fields)
+
+
+def test_schemas_within_the_bounds_pass():
+    assert constraint(json_schema=nested(MAX_SCHEMA_DEPTH // 2 - 1)).schema is not None
+    assert constraint(json_schema={"enum": list(range(MAX_SCHEMA_BRANCHES))}).schema is not None
+    local = {"$ref": "#/definitions/a", "definitions": {"a": {"type": "integer"}}}
+    assert constraint(json_schema=local).schema == local
 
 
 def test_pattern_cost_multiplies_nested_quantifiers_only():
