@@ -22,7 +22,8 @@ from slotserver import kv_layout
 from slotserver.api.app import create_app
 from slotserver.calibrate import load_or_measure, profile_dir
 from slotserver.api.security import load_api_keys, parse_allowed_hosts, parse_cors_origins
-from slotserver.api.shutdown import drain
+from slotserver.api.shutdown import HARD_EXIT_GRACE_S, drain, exit_now, start_exit_timer
+from slotserver.api.state import STATE
 from slotserver.config import ServerConfig, SpecConfig
 from slotserver.drafter_types import DRAFT_MODEL, parse_types
 from slotserver.engine import Engine, EngineConfig
@@ -202,6 +203,8 @@ def main(argv: list[str] | None = None) -> None:
                     shutdown_timeout=1.0, print=lambda msg: logging.getLogger("slotserver").info(msg))
     except StartupFileError as exc:
         raise SystemExit(f"error: {exc}") from None
+    if app[STATE].engine_stuck:  # the engine thread is stuck in a C call: Python's exit would wait for it
+        exit_now(app[STATE].engine_stuck)
     if failures:
         raise SystemExit(f"error: {failures[0]}")
 
@@ -237,13 +240,17 @@ def _exit_run_app() -> None:
 
 async def _handle_signals(app: web.Application) -> None:
     """SIGTERM/SIGINT: drain (503 for new requests, save, let in-flight ones finish), then exit 0.
-    A second signal during the drain exits at once."""
+    A second signal during the drain exits at once. Whatever hangs (an engine step stuck in a C
+    call), the process ends --shutdown-timeout + HARD_EXIT_GRACE_S seconds after the first signal,
+    with status 3 (``api/shutdown.py``)."""
     loop = asyncio.get_running_loop()
     draining: list[asyncio.Task] = []
+    grace = app[STATE].config.limits.shutdown_timeout_s + HARD_EXIT_GRACE_S
 
     def on_signal() -> None:
         if draining:
             _exit_run_app()
+        start_exit_timer(grace)
         task = asyncio.ensure_future(drain(app))
         task.add_done_callback(lambda _: loop.call_soon(_exit_run_app))
         draining.append(task)

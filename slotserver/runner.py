@@ -13,7 +13,9 @@ Threads and what each owns:
   every job from its submit to its final event. A step drains the inbox first, then ends jobs past their
   deadline, admits (only what the shared KV cache can hold), then plan -> draft -> decode -> apply.
   Steps run back to back in turns (``_steps``), each step's events handed to the event loop
-  (``call_soon_threadsafe``) as it ends.
+  (``call_soon_threadsafe``) as it ends. Each step, and each ``on_engine_thread`` job, is marked
+  on ``watchdog`` as it starts and ends (``slotserver/watchdog.py``: a stuck step turns ``/health``
+  to 503).
 
 Failure isolation: an exception while starting, drafting or applying one slot's work ends that
 request alone (``GenerationFailed``, its slot's KV dropped); a failed ``llama_decode`` is retried
@@ -48,6 +50,7 @@ from slotserver.persist import Persistence
 from slotserver.scheduler import BatchPlan, DecodeWork, IdleSlot, PrefillWork, pick_slot, plan_batch
 from slotserver.slots import Slot, SlotState
 from slotserver.stats import ServerStats
+from slotserver.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +101,7 @@ class Runner:
         self._executor = executor or engine_thread()
         self._wake = asyncio.Event()
         self._step_out: Outbox = []  # the running step's events (engine thread while it runs)
+        self.watchdog = Watchdog(limits.step_timeout_s)  # the engine thread marks steps; the event loop checks
         self.n_in_flight = 0  # event loop only
         self.all_done = asyncio.Event()  # set while no job is in flight (graceful shutdown waits on it)
         self.all_done.set()
@@ -130,6 +134,7 @@ class Runner:
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
+        watch = asyncio.create_task(self.watchdog.watch())  # serving starts: loading never counts
         try:
             while True:
                 if not self._has_work():
@@ -140,6 +145,8 @@ class Runner:
             raise
         except Exception as exc:
             self._die(exc)
+        finally:
+            watch.cancel()
 
     def _deliver(self, outbox: Outbox) -> None:
         for job, event in outbox:
@@ -168,8 +175,15 @@ class Runner:
             self.on_fatal(self.failure)
 
     async def on_engine_thread(self, fn):
-        """Run ``fn`` on the engine thread (drafters and llama state belong to it)."""
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+        """Run ``fn`` on the engine thread (drafters and llama state belong to it), watched as a step."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self._watched, fn)
+
+    def _watched(self, fn):
+        self.watchdog.step_started()
+        try:
+            return fn()
+        finally:
+            self.watchdog.step_ended()
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
@@ -182,7 +196,7 @@ class Runner:
         (SmolLM2: 3.5% of a 6.3 ms step), which llama-server does not pay."""
         t_end = time.perf_counter() + TURN_S
         while True:
-            outbox = self._step()
+            outbox = self._watched(self._step)
             if outbox:
                 loop.call_soon_threadsafe(self._deliver, outbox)
             if not self._has_work() or time.perf_counter() >= t_end:

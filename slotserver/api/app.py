@@ -2,7 +2,8 @@
 
 ``create_app(config)`` builds the app; its cleanup context reads the cache files (a bad one stops
 the start), loads the model off the event loop, runs the engine loop until shutdown, then saves
-learned structures one last time. If loading fails or the engine loop dies, ``on_fatal`` is told
+learned structures one last time (unless the engine is stuck in one step: its thread is then left
+behind, see ``api/shutdown.py``). If loading fails or the engine loop dies, ``on_fatal`` is told
 why (the CLI then exits non-zero) and ``/health`` answers 503: never a live port with a dead engine.
 """
 
@@ -22,6 +23,7 @@ from slotserver.api.middleware import error_middleware, request_limit
 from slotserver.api.peers import connection_limits
 from slotserver.api.routes import setup_routes
 from slotserver.api.security import Policy, cors_headers, security_middleware
+from slotserver.api.shutdown import HARD_EXIT_GRACE_S, save_learned
 from slotserver.api.state import STATE, State
 from slotserver.calibrate import load_or_measure, profile_dir
 from slotserver.chain import DraftChain
@@ -92,14 +94,20 @@ def _engine_ctx(on_fatal: Callable[[str], None]):
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-        if state.runner is not None:
-            await state.runner.on_engine_thread(persistence.save)  # waits for a write in flight, then writes
-            state.runner.close()
-            state.runner.engine.close()
-            if state.runner.model_drafter is not None:
-                state.runner.model_drafter.engine.close()
-        thread.shutdown(wait=True)  # the runner's close did if it ran; a failed load left it to us
-        persistence.close()  # stops the writer thread
+        runner = state.runner
+        # The last save waits for a write in flight, then writes; never behind a stuck step (shutdown.py).
+        if runner is not None and (state.engine_stuck or not await save_learned(runner, HARD_EXIT_GRACE_S)):
+            state.engine_stuck = state.engine_stuck or runner.watchdog.stall() or "the engine thread did not answer"
+            log.error("leaving the engine thread and its model behind (%s)", state.engine_stuck)
+            thread.shutdown(wait=False, cancel_futures=True)  # cli.main exits without waiting for it
+        else:
+            if runner is not None:
+                runner.close()
+                runner.engine.close()
+                if runner.model_drafter is not None:
+                    runner.model_drafter.engine.close()
+            thread.shutdown(wait=True)  # the runner's close did if it ran; a failed load left it to us
+        persistence.close()  # stops the writer thread once the writes already under way are done
 
     return engine_ctx
 

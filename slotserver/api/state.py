@@ -27,15 +27,22 @@ class State:
     load_error: str = ""
     loaded: asyncio.Event = field(default_factory=asyncio.Event)  # set once loading ended, either way
     shutting_down: bool = False  # set by shutdown.drain: new requests get 503
+    # Why the engine thread was left behind at shutdown (a stuck step): the process then exits
+    # non-zero without waiting for it (cli.main). Set by shutdown.drain or the engine context.
+    engine_stuck: str = ""
 
     def ready(self) -> Runner:
-        """The runner, or 503 while loading, while shutting down and once the engine loop has stopped."""
+        """The runner, or 503 while loading, while shutting down, once the engine loop has stopped,
+        and while the engine is stalled in one step (``slotserver/watchdog.py``)."""
         if self.runner is None:
             raise Unavailable(self.load_error or "Loading model")
         if self.runner.failure:
             raise EngineStopped(self.runner.failure)
         if self.shutting_down:
             raise ShuttingDown()
+        stall = self.runner.watchdog.check()
+        if stall:
+            raise Unavailable(f"{stall}; retry later")
         return self.runner
 
     def ready_service(self) -> CompletionService:
