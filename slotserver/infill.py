@@ -87,7 +87,8 @@ def infill_prompt(
     *, bos: int | None, spm: bool = False,
 ) -> list[int]:
     """The FIM prompt's tokens. ``prompt`` is the tokenized middle (the cursor line so far);
-    ``bos`` is the BOS token if the model adds one, else None."""
+    ``bos`` is the BOS token if the model adds one, else None (or ``NO_TOKEN``: a model may ask for a
+    BOS it does not have, and -1 in a prompt fails the decode)."""
     assert fim.can_infill
     prefix, suffix = tokenize(inp.prefix), tokenize(inp.suffix)
     n_prefix = min(len(prefix), 3 * (budget.n_batch // 4))
@@ -97,5 +98,5 @@ def infill_prompt(
     pre = [fim.pre, *prefix[len(prefix) - n_prefix :], *prompt]
     suf = [fim.suf, *suffix[:n_suffix]]
     first, second = (suf, pre) if spm else (pre, suf)
-    head = extra[len(extra) - n_extra :] + ([bos] if bos is not None else [])
+    head = extra[len(extra) - n_extra :] + ([bos] if bos is not None and bos != NO_TOKEN else [])
     return head + first + second + [fim.mid]

@@ -1,4 +1,11 @@
-"""Tokenizer operations on a llama.cpp vocabulary (tokenize, pieces, special tokens)."""
+"""Tokenizer operations on a llama.cpp vocabulary (tokenize, pieces, special tokens).
+
+A vocabulary may lack BOS or EOS (``NO_TOKEN``): RWKV's has neither, T5's and glm4's no BOS. llama.cpp
+aborts the process on both ways of using a missing one: ``llama_token_to_piece(-1)`` throws a C++
+exception no caller can catch, and ``llama_tokenize`` with ``add_special`` asserts when the model asks
+for a BOS/EOS it does not have. So here ``add_bos``/``add_eos`` say what is really added, ``piece`` and
+``text`` of an id outside the vocabulary are empty, and ``token_text`` names a special token or "".
+"""
 
 from __future__ import annotations
 
@@ -31,8 +38,12 @@ class Vocab:
         self.n_tokens = lc.llama_vocab_n_tokens(self.ptr)
         self.bos = lc.llama_vocab_bos(self.ptr)
         self.eos = lc.llama_vocab_eos(self.ptr)
-        self.add_bos = bool(lc.llama_vocab_get_add_bos(self.ptr))
-        self.add_eos = bool(lc.llama_vocab_get_add_eos(self.ptr))
+        wants_bos, wants_eos = bool(lc.llama_vocab_get_add_bos(self.ptr)), bool(lc.llama_vocab_get_add_eos(self.ptr))
+        self.add_bos = wants_bos and self.bos != NO_TOKEN
+        self.add_eos = wants_eos and self.eos != NO_TOKEN
+        # The model asks for a BOS/EOS it lacks: llama_tokenize(add_special) would abort, so it is never
+        # asked to add specials; ``tokenize`` adds the ones that exist.
+        self._add_specials_here = (wants_bos and not self.add_bos) or (wants_eos and not self.add_eos)
         self.vocab_type = int(lc.llama_vocab_type(self.ptr))
         self.fim = FimTokens(*(f(self.ptr) for f in (lc.llama_vocab_fim_pre, lc.llama_vocab_fim_suf,
                                                      lc.llama_vocab_fim_mid, lc.llama_vocab_fim_rep,
@@ -42,6 +53,12 @@ class Vocab:
         self._eog: dict[int, bool] = {}
 
     def tokenize(self, text: str, add_special: bool, parse_special: bool = True) -> list[int]:
+        if add_special and self._add_specials_here:
+            tokens = self._tokenize(text, False, parse_special)
+            return [self.bos] * self.add_bos + tokens + [self.eos] * self.add_eos
+        return self._tokenize(text, add_special, parse_special)
+
+    def _tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
         data = text.encode("utf-8")
         n_max = len(data) + 8
         buf = (lc.llama_token * n_max)()
@@ -53,9 +70,12 @@ class Vocab:
         return list(buf[:n])
 
     def piece(self, token: int, special: bool = False) -> bytes:
+        """The token's bytes; empty for an id outside the vocabulary (``NO_TOKEN`` included)."""
         key = (token, special)
         out = self._pieces.get(key)
         if out is None:
+            if not self.is_valid(token):
+                return b""
             buf = ctypes.create_string_buffer(64)
             n = lc.llama_token_to_piece(self.ptr, token, buf, 64, 0, special)
             if n < 0:
@@ -69,7 +89,14 @@ class Vocab:
 
     def text(self, token: int) -> bytes:
         """The token's text as stored in the vocabulary (what llama.cpp's vocabulary check compares)."""
+        if not self.is_valid(token):
+            return b""
         return lc.llama_vocab_get_text(self.ptr, token) or b""
+
+    def token_text(self, token: int) -> str:
+        """A special token as text (``/props``' ``bos_token``, ``eos_token``); "" if the model has none,
+        as llama-server's chat templates get."""
+        return self.piece(token, True).decode(errors="replace")
 
     def is_eog(self, token: int) -> bool:
         out = self._eog.get(token)

@@ -85,8 +85,8 @@ async def props(request: web.Request) -> web.Response:
             "select": cfg.spec.select,
             "verify_profile": runner.chain.profile.as_props() if runner.chain.profile is not None else None,
             "acceptance": runner.chain.estimates()},
-        "bos_token": vocab.piece(vocab.bos, True).decode(errors="replace"),
-        "eos_token": vocab.piece(vocab.eos, True).decode(errors="replace"),
+        "bos_token": vocab.token_text(vocab.bos),  # "" when the model has none (glm4, RWKV, T5 vocabularies)
+        "eos_token": vocab.token_text(vocab.eos),
         "build_info": "slotserver",
         "endpoint_slots": cfg.slots_endpoint,
         "endpoint_props": True,

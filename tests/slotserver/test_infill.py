@@ -6,7 +6,7 @@ import pytest
 
 from slotserver.errors import BadRequest
 from slotserver.infill import CHUNK_SEPARATOR, InfillBudget, InfillInput, extra_tokens, infill_prompt, parse_infill
-from slotserver.vocab import FimTokens
+from slotserver.vocab import NO_TOKEN, FimTokens
 
 PRE, SUF, MID, REP, SEP, BOS = -10, -11, -12, -13, -14, -15
 FULL = FimTokens(PRE, SUF, MID, REP, SEP)
@@ -36,6 +36,12 @@ def test_without_rep_and_sep_tokens_chunks_are_separated_by_text():
     inp = InfillInput("p", "s", (("a.py", "A"),))
     out = untok(infill_prompt(BARE, inp, [], tok, BIG, bos=None))
     assert out == CHUNK_SEPARATOR + "A<PRE>p<SUF>s<MID>"
+
+
+def test_a_bos_the_model_does_not_have_is_left_out():
+    """A vocabulary may ask for a BOS it lacks (NO_TOKEN, -1): -1 in a prompt fails the decode."""
+    out = infill_prompt(BARE, InfillInput("p", "s"), [], tok, BIG, bos=NO_TOKEN)
+    assert NO_TOKEN not in out and untok(out) == "<PRE>p<SUF>s<MID>"
 
 
 def test_spm_puts_the_suffix_first():
