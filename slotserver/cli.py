@@ -41,6 +41,7 @@ from slotserver.limits import LimitsConfig
 from slotserver.model_drafter import DraftModelConfig
 from slotserver.models import default_model_path
 from slotserver.persist import StartupFileError
+from slotserver.slot_files import check_save_dir, own_files
 
 
 def parse_spec_types(values: list[str] | None, draft_model: str = "") -> tuple[str, ...]:
@@ -104,9 +105,12 @@ def metrics_series(args: argparse.Namespace) -> tuple[str, ...]:
     return tuple(dict.fromkeys(series))
 
 
-def _existing_dir(path: str) -> str:
+def _existing_dir(path: str, engine: EngineConfig, spec: SpecConfig) -> str:
+    """--slot-save-path: an existing directory that holds none of the server's own files."""
     if path and not os.path.isdir(path):
         raise ValueError(f"--slot-save-path {path} is not an existing directory")
+    if path:
+        check_save_dir(path, *own_files(engine, spec))
     return path
 
 
@@ -125,9 +129,11 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         max_peer_reading=args.max_peer_reading, max_peer_requests=args.max_peer_requests,
         slot_save_max_files=args.slot_save_max_files, slot_save_max_bytes=args.slot_save_max_bytes,
     )
+    spec = spec_config(args)
     return ServerConfig(
-        engine=engine, spec=spec_config(args), limits=limits, spec_learning=args.spec_learning,
-        slot_save_path=_existing_dir(args.slot_save_path), host=args.host, port=args.port, alias=args.alias,
+        engine=engine, spec=spec, limits=limits, spec_learning=args.spec_learning,
+        slot_save_path=_existing_dir(args.slot_save_path, engine, spec), host=args.host, port=args.port,
+        alias=args.alias,
         n_predict=args.n_predict, seed=args.seed, sampling=sampling_defaults(args),
         draft_n_max=args.draft_n_max, draft_n_min=args.draft_n_min, draft_p_min=args.draft_p_min,
         cache_prompt=args.cache_prompt, slots_endpoint=args.slots, context_shift=args.context_shift,

@@ -149,7 +149,7 @@ async def slot_action(request: web.Request) -> web.Response:
     except ValueError:
         raise BadRequest("Invalid slot ID") from None
     filename = None if action == "erase" else check_filename((await read_json(request)).get("filename"))
-    files = SlotFiles(runner, state.config.slot_save_path)
+    files = SlotFiles.from_config(runner, state.config)
     return json_response(await runner.on_engine_thread(lambda: files.run(id_slot, action, filename)))
 
 
