@@ -44,7 +44,7 @@ async def test_an_infill_chain_completes_and_another_request_keeps_its_pace(serv
     infill = {"prompt": "Once upon a time", "ignore_eos": True, "n_predict": 2, "cache_prompt": False, **chain}
     await timed(server, OTHER)  # warm
     paces = []
-    for _ in range(3):  # the CPU is shared: a trial whose normal time was disturbed is tried again
+    for _ in range(5):  # the CPU is shared: a trial whose normal time was disturbed is tried again
         normal = (await timed(server, OTHER))[0]
         # Both at once; a frozen engine fails here instead of hanging the suite.
         (t_infill, s_infill, out), (t_other, s_other, _) = await asyncio.wait_for(
