@@ -72,9 +72,10 @@ async def test_non_ascii_digits_in_request_text_are_never_a_500(server):
         e["bias"] == -5 for e in out["generation_settings"]["logit_bias"])
     status, out = await server.post("/completion", {"prompt": "hi", "n_predict": 1, "logit_bias": {"9" * 5000: 1}})
     assert status == 400 and "'logit_bias' token" in out["error"]["message"], out
+    schema = {"type": "string", "pattern": "^a{²}$"}
     status, out = await server.post("/v1/chat/completions", {
         "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1,
-        "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "string", "pattern": "^a{²}$"}}}})
+        "response_format": {"type": "json_schema", "json_schema": {"schema": schema}}})
     assert status == 400 and "'response_format'" in out["error"]["message"], out
 
 
