@@ -15,23 +15,26 @@ without recursion, and refuses, as a BadRequest naming the field and the limit:
   literal of 1,000 characters repeated 2,000 times is 2 million elements);
 - a chain of rule references from ``root`` longer than ``MAX_RULE_DEPTH`` (rules that reach each
   other, as right recursion does, count once each);
-- left recursion, also through rules that can match the empty text (llama.cpp's own check only
-  knows rules with an empty alternative);
+- left recursion that would grow llama.cpp's stacks, also through rules that can match the empty
+  text (llama.cpp's own check only knows rules with an empty alternative);
 - more parse-stack weight than ``MAX_STACK_WEIGHT`` at any point: the stacks llama.cpp creates at
   the start and after each character (alternatives add up; an element that can match nothing adds
-  what follows it; the end of a rule adds what follows its callers), each weighted by what walking
-  it costs, and none growing with the text;
+  what follows it; the end of a rule adds what follows it in its callers), each weighted by what
+  walking it costs; and stacks that would multiply with the text (``t ::= "a" t*``: each pending
+  ``t*`` is a stack of its own; after 50 characters one pass costs 0.18 s, and reading 200 then
+  making 5 passes did not end within 5 minutes);
 - what llama.cpp refuses only after work (counts over 2,000, a largest count below the smallest).
 
 Stack weights, measured on this project's 2-core machine with Gemma 3 (thread CPU time of one
-whole-vocabulary apply, 32 alternatives of one shape; ``benchmarks/grammar_budget_cost.py``): a stack
-whose next element is one fixed non-space character costs 0.7-2.5 ms (weight 1); one whose next
-element is a space (most tokens start with one), a class, ``.`` or a negated class costs up to 20 ms
-(weight 8), plus 0.09 ms per class element (1 per 32). ``MAX_STACK_WEIGHT`` 200 keeps one
-whole-vocabulary pass near 0.5 s. Typical schema grammars stay well inside: an enum of 100 values
-weighs 100, a JSON value 30. Runtime ambiguity (two alternatives that read the same text, each
-spawning stacks) can still hold more stacks than the largest single position yields; the engine
-watchdog covers what this static count cannot.
+whole-vocabulary pass, 32 alternatives of one shape; ``benchmarks/grammar_budget_cost.py``): a stack
+whose next character is one fixed character costs 0.6-2.9 ms (weight 1); one whose next element is a
+space (most tokens start with one), a class, ``.`` or a negated class followed by more of them costs
+up to 21 ms (weight 8), plus 0.09 ms per class element (1 per 32). At ``MAX_STACK_WEIGHT`` (200) a
+pass costs 0.41-0.53 s (200 letters, 200 quotes, 25 ``. . . .``, 25 ``[^"]`` runs). Typical schema
+grammars stay well inside: any JSON value weighs 32, 40 optional properties 49, an enum of 100
+values 100 (0.26 s a pass). What a static count cannot see: ambiguous rules read the same text in
+several ways at once (``t ::= "a" t "b" | "a" t | "a" "b"``), and each way keeps stacks of its own;
+the engine watchdog covers those.
 """
 
 from __future__ import annotations
@@ -570,36 +573,47 @@ class _Analysis:
 
     def _starts(self, reachable: list[int], nullable: list[bool]) -> list[int]:
         """Per rule, the stack weight its start yields (alternatives add; a reference that can match
-        nothing adds what follows it). Refuses left recursion that root can reach, which llama.cpp
-        cannot run (it finds only the kind without rules that can match nothing in between)."""
+        nothing adds what follows it). Refuses left recursion that would grow llama.cpp's stacks: a
+        rule reaching itself before reading anything through a reference that something follows
+        (llama.cpp finds it only where no rule that can match nothing lies in between, and otherwise
+        allocates until it aborts). Rules reaching each other only in last position, as ``(x*)*``
+        does, leave the stacks as they are: llama.cpp stops on the stacks it has seen."""
         left: dict[int, list[int]] = {}
+        pushes: dict[int, set[int]] = {}  # r -> rules it starts with through a reference followed by more
         for r in reachable:
-            heads = []
+            heads, pushing = [], set()
             for alt in self.alts[r]:
-                for item in alt:
+                for i, item in enumerate(alt):
                     if item < 0:
                         break
                     heads.append(item)
+                    if i < len(alt) - 1:
+                        pushing.add(item)
                     if not nullable[item]:
                         break
-            left[r] = heads
+            left[r], pushes[r] = heads, pushing
         first = [0] * len(self.alts)
-        for comp in _sccs(reachable, left):
+        for comp in _sccs(reachable, left):  # each after the components it starts with
+            members = set(comp)
             if len(comp) > 1 or comp[0] in left[comp[0]]:
-                name = next((k for k, v in self.parser.symbol_ids.items() if v == comp[0]), str(comp[0]))
-                raise _Refused(f"is left recursive (the rule '{name}' can reach itself before reading anything); "
-                               "llama.cpp cannot run left recursion")
-            r = comp[0]
-            total = 0
-            for alt in self.alts[r]:
-                for item in alt:
-                    if item < 0:
-                        total += -item
-                        break
-                    total += first[item]
-                    if not nullable[item]:
-                        break
-            first[r] = min(total, _CAP)
+                for r in comp:
+                    if pushes[r] & members:
+                        name = next((k for k, v in self.parser.symbol_ids.items() if v == r), str(r))
+                        raise _Refused(f"is left recursive (the rule '{name}' can reach itself before reading "
+                                       "anything, and something follows); llama.cpp cannot run that")
+            total = 0  # a cycle's rules yield the same stacks: what each yields outside it, once
+            for r in comp:
+                for alt in self.alts[r]:
+                    for item in alt:
+                        if item < 0:
+                            total += -item
+                            break
+                        if item not in members:
+                            total += first[item]
+                        if not nullable[item]:
+                            break
+            for r in comp:
+                first[r] = min(total, _CAP)
         return first
 
     def _stack_weight(self, reachable: list[int], nullable: list[bool], first: list[int]) -> int:

@@ -77,11 +77,17 @@ def test_malformed_constraints_are_a_400_naming_the_field(fields, needle):
         constraint(**fields)
 
 
-def test_schemas_within_the_bounds_pass():
+def test_schema_bounds_refuse_just_past_their_limits_and_local_refs_pass():
     assert constraint(json_schema=nested(MAX_SCHEMA_DEPTH // 2 - 1)).schema is not None
+    with pytest.raises(BadRequest, match="nests more than"):
+        constraint(json_schema=nested(MAX_SCHEMA_DEPTH // 2))
     assert constraint(json_schema={"enum": list(range(MAX_SCHEMA_BRANCHES))}).schema is not None
+    with pytest.raises(BadRequest, match=f"more than {MAX_SCHEMA_BRANCHES} properties"):
+        constraint(json_schema={"enum": list(range(MAX_SCHEMA_BRANCHES + 1))})
     local = {"$ref": "#/definitions/a", "definitions": {"a": {"type": "integer"}}}
     assert constraint(json_schema=local).schema == local
+    with pytest.raises(BadRequest, match="must point inside the schema"):
+        constraint(json_schema={**local, "$ref": "/definitions/a"})
 
 
 def test_pattern_cost_multiplies_nested_quantifiers_only():
