@@ -81,12 +81,13 @@ async def test_non_ascii_digits_in_request_text_are_never_a_500(server):
 
 async def test_n_probs_times_n_predict_is_bounded_before_anything_runs(server):
     short = {"stop": [" ", "\n", ".", ","]}  # what n_predict allows counts, not what a stop string would end at
-    status, out = await server.post("/completion", {"prompt": "hi", "n_probs": 100, "n_predict": 1000, **short})
+    status, out = await server.post("/completion", {"prompt": "hi", "n_probs": 100, "n_predict": 3000, **short})
     assert status == 400 and out["error"]["message"].startswith("'n_probs' times 'n_predict' must be at most"), out
-    status, out = await server.post("/completion", {"prompt": "hi", "n_probs": 100, **short})  # -1: the context
-    assert status == 400 and "the context" in out["error"]["message"], out
+    # -1 counts as the slot's context (2,048 here): 100 x 2,048 fits, and n_predict becomes the context
+    status, out = await server.post("/completion", {"prompt": "hi", "n_probs": 100, **short})
+    assert status == 200 and out["generation_settings"]["n_predict"] == 2048, out
     status, out = await server.post("/v1/chat/completions", {
-        "messages": [{"role": "user", "content": "hi"}], "logprobs": True, "top_logprobs": 20, "max_tokens": 4000,
+        "messages": [{"role": "user", "content": "hi"}], "logprobs": True, "top_logprobs": 20, "max_tokens": 14000,
         **short})
     assert status == 400 and "'n_probs' times 'n_predict'" in out["error"]["message"], out
     status, out = await server.post("/completion", {"prompt": "hi", "n_probs": 100, "n_predict": 4,

@@ -175,22 +175,22 @@ def test_probs_are_recorded_for_n_probs_or_openai_logprobs():
 
 def test_n_probs_times_n_predict_is_bounded_with_both_fields_named():
     assert parse(n_probs=100, n_predict=N_PROBS_BUDGET // 100).n_probs == 100
-    with pytest.raises(BadRequest, match=r"^'n_probs' times 'n_predict' must be at most 65536 \(got 100 "):
+    with pytest.raises(BadRequest, match=r"^'n_probs' times 'n_predict' must be at most 262144 \(got 100 "):
         parse(n_probs=100, n_predict=N_PROBS_BUDGET // 100 + 1)
     with pytest.raises(BadRequest, match="n_probs"):
-        parse(n_probs=20, max_tokens=4000)  # OpenAI's names for the same fields
+        parse(n_probs=20, max_tokens=14000)  # OpenAI's names for the same fields
 
 
 def test_an_unbounded_n_predict_counts_as_the_context_and_becomes_it():
-    req = parse(RequestBounds(n_ctx=2048), n_probs=32)
-    assert req.n_predict == 2048  # with --context-shift it could otherwise record past the context
-    assert parse(RequestBounds(n_ctx=2048)).n_predict == -1  # without probabilities: untouched
+    req = parse(RequestBounds(n_ctx=8192), n_probs=32)
+    assert req.n_predict == 8192  # with --context-shift it could otherwise record past the context
+    assert parse(RequestBounds(n_ctx=8192)).n_predict == -1  # without probabilities: untouched
     with pytest.raises(BadRequest, match="the context: no 'n_predict' was given"):
-        parse(RequestBounds(n_ctx=2048), n_probs=33)
+        parse(RequestBounds(n_ctx=8192), n_probs=33)
 
 
 def test_openai_logprobs_set_after_parsing_are_checked_too():
-    req = parse(max_tokens=8000)
+    req = parse(max_tokens=14000)
     req.n_probs = 20  # what service.prepare sets for top_logprobs 20
     with pytest.raises(BadRequest, match="'n_probs' times 'n_predict'"):
         check_probs_budget(req, 8192)
