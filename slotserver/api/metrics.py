@@ -86,6 +86,10 @@ def server_families(runner: Runner) -> Iterator[Metric]:
                             sum(len(s.cache) for s in runner.slots))
     yield GaugeMetricFamily(P + "kv_cache_size_cells", "KV cache cells in the context (shared by all slots).",
                             runner.engine.n_ctx)
+    yield GaugeMetricFamily(P + "engine_stalled", "1 while one engine step has run past --step-timeout "
+                            "(/health and new requests answer 503), else 0.", 1 if runner.watchdog.stall() else 0)
+    yield CounterMetricFamily(P + "engine_stalls_total", "Engine steps that ran past --step-timeout (incidents).",
+                              runner.watchdog.n_stalls)
 
 
 def structure_families(chain: DraftChain) -> Iterator[Metric]:

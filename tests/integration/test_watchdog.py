@@ -52,8 +52,14 @@ def wait_for(what: str, check, deadline_s: float, stop_if=lambda: False):
     raise AssertionError(f"never saw {what}")
 
 
+def metric(srv: ServerProcess, name: str) -> float:
+    status, data = srv.request("GET", "/metrics")
+    assert status == 200, data
+    return next(float(line.split()[-1]) for line in data.decode().splitlines() if line.startswith(name + " "))
+
+
 def test_a_long_step_turns_health_and_new_requests_to_503_until_it_returns():
-    srv = ServerProcess(ARGV + ["--step-timeout", "0.5"])
+    srv = ServerProcess(ARGV + ["--step-timeout", "0.5", "--metrics"])
     try:
         srv.wait_ready()
         assert srv.post_json("/completion", SHORT)[0] == 200
@@ -68,11 +74,13 @@ def test_a_long_step_turns_health_and_new_requests_to_503_until_it_returns():
             assert "the engine has been in one step for" in reason and "(--step-timeout 0.5)" in reason
             status, data = srv.request("POST", "/completion", json.dumps(SHORT).encode())
             assert status == 503 and "in one step for" in error_message(data)
+            assert metric(srv, "slotserver_engine_stalled") == 1  # /metrics answers during the stall
 
             status, data = long.result(timeout=600)
             assert status == 200, data  # the long request itself completes
         wait_for("/health 200 after the step returned", lambda: srv.request("GET", "/health")[0] == 200, 60)
         assert srv.post_json("/completion", SHORT)[0] == 200
+        assert metric(srv, "slotserver_engine_stalled") == 0 and metric(srv, "slotserver_engine_stalls_total") == 1
         log = srv.output()
         stalls = [line for line in log.splitlines() if " ERROR slotserver.watchdog: " in line]
         assert len(stalls) == 1 and "until it returns" in stalls[0], log  # one line per incident
