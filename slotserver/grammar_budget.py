@@ -51,8 +51,9 @@ MAX_GROUP_DEPTH = 1024
 # Elements llama.cpp stores (8 bytes each, copied for each request's sampler): 1 MiB; a schema's grammar
 # needs a few thousand (100 optional properties: 2,646; ``maxLength: 1000``: 8,052).
 MAX_ELEMENTS = 1 << 17
-# Longest chain of rule references from root; each group and each repetition is a rule too.
-MAX_RULE_DEPTH = 2048
+# Longest chain of rule references from root; each group and each repetition is a rule too
+# (``maxLength: 1000`` chains 2,003). Bounds how long a parse stack gets, which llama.cpp copies.
+MAX_RULE_DEPTH = 4096
 # Parse-stack weight at any point (see the module docstring for the measurements).
 MAX_STACK_WEIGHT = 200
 NARROW_WEIGHT = 1  # the next character is one fixed character other than white space, or a token
@@ -89,7 +90,7 @@ class GrammarCost:
 
 
 def check_grammar_budget(text: str, field: str, what: str = "") -> GrammarCost:
-    """BadRequest naming ``field`` (and ``what``: "its grammar" for a converted schema) unless
+    """BadRequest naming ``field`` (and ``what``, "the schema's grammar" for a converted schema) unless
     llama.cpp can parse and run ``text`` within every budget; the measured cost otherwise."""
     label = f"'{field}'" + (f": {what}" if what else "")
     try:

@@ -5,8 +5,8 @@ C stack), a left recursion hidden behind an empty rule made it allocate until it
 of 6,000 alternatives held every other slot for ~12 s per token. Here each is a 400 naming the limit,
 the process lives, and a request sent at the same time takes its normal time. Hypothesis then sends
 grammars and schemas near every budget: each gets a 4xx or an answer in bounded time, and the
-server's resident memory stays within 128 MiB of what it was. One process, ``-c 2048 -np 2``, no speculation, requests of
-at most 24 tokens.
+server's resident memory stays within 128 MiB of what it was. One process, ``-c 2048 -np 2``, no
+speculation, requests of at most 16 tokens.
 """
 
 from __future__ import annotations

@@ -66,12 +66,20 @@ def repeated(draw) -> str:
     return f'root ::= [a-z]{{{lo},{"" if hi is None else hi}}}'
 
 
+def short_name(i: int) -> str:
+    """Rule names of two or three characters, so a chain of 4,096 rules fits in 64 KiB."""
+    digits = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    return "r" + digits[i // len(digits) % len(digits)] + digits[i % len(digits)] + ("" if i < 52 * 52 else "z")
+
+
 @st.composite
 def chained(draw) -> str:
     """A chain of rule references around MAX_RULE_DEPTH; sometimes closed into a left-recursive loop."""
     n = draw(_near(MAX_RULE_DEPTH, 4) | st.integers(1, 50))
-    closing = draw(st.sampled_from(['"a"', "r0", '"a" r0', 'r0 "a"']))  # r0 last: left recursion
-    return "root ::= r0\n" + "".join(f"r{i} ::= r{i + 1}\n" for i in range(n)) + f"r{n} ::= {closing}\n"
+    first, last = short_name(0), short_name(n)
+    closing = draw(st.sampled_from(['"a"', first, f'"a" {first}', f'{first} "a"']))  # first last: left recursion
+    chain = "".join(f"{short_name(i)} ::= {short_name(i + 1)}\n" for i in range(n))
+    return f"root ::= {first}\n{chain}{last} ::= {closing}\n"
 
 
 structural = st.one_of(
@@ -90,7 +98,8 @@ def schemas(draw) -> dict:
     if kind == "properties":
         n = draw(st.integers(1, 120))
         props = {f"p{i}": {"type": draw(st.sampled_from(["integer", "string", "boolean"]))} for i in range(n)}
-        return {"type": "object", "properties": props, "required": [f"p{i}" for i in range(0, n, draw(st.integers(1, 3)))]}
+        step = draw(st.integers(1, 3))
+        return {"type": "object", "properties": props, "required": [f"p{i}" for i in range(0, n, step)]}
     if kind == "deep":
         schema: dict = {"type": "integer"}
         for _ in range(draw(_near(MAX_SCHEMA_DEPTH // 2, 2))):

@@ -65,9 +65,9 @@ def test_response_format_maps_as_openai_and_llama_server():
      "'response_format': 'minLength'"),
     ({"json_schema": {"type": "string", "pattern": "^((a{99}){99}){99}$"}}, "'json_schema': the pattern"),
     ({"json_schema": nested(MAX_SCHEMA_DEPTH // 2)}, f"'json_schema': the schema nests more than {MAX_SCHEMA_DEPTH}"),
-    ({"json_schema": {"enum": list(range(MAX_SCHEMA_BRANCHES + 1))}}, f"more than {MAX_SCHEMA_BRANCHES} properties, enum"),
+    ({"json_schema": {"enum": list(range(MAX_SCHEMA_BRANCHES + 1))}}, f"more than {MAX_SCHEMA_BRANCHES} properties"),
     ({"json_schema": {"anyOf": [{"enum": list(range(500))}, {"enum": list(range(500))}]}}, "enum values and anyOf"),
-    ({"json_schema": {"$ref": "https://example.com/schema.json"}}, "'json_schema': '\\$ref' must point inside the schema"),
+    ({"json_schema": {"$ref": "https://example.com/schema.json"}}, "'json_schema': '\\$ref' must point inside"),
     ({"response_format": {"type": "json_schema", "json_schema": {"schema": {"properties": {
         "a": {"$ref": "http://169.254.169.254/latest"}}}}}}, "'response_format': '\\$ref' must point inside"),
     ({"json_schema": {"$ref": "other.json#/a"}}, "schemas are never fetched"),
