@@ -1,7 +1,7 @@
 """Measuring the verify-cost profile (``verify_costs.py``) with the loaded target, and caching it.
 
 At start-up, when speculation is on, the server reads the profile cached for this model file, these
-threads and these batch sizes, or measures it (a few seconds, progress in the log) and caches it.
+threads and these batch sizes, or measures it (tens of seconds on a small CPU, progress in the log) and caches it.
 ``slotserver calibrate [flags]`` measures again and prints the table. The context size is not part
 of the key: a decode's cost depends on the cells in use, which the depth term models, not on the
 cells allocated.
@@ -181,7 +181,7 @@ def load_or_measure(engine: Engine, directory: Path | None, *, force: bool = Fal
     if profile is not None:
         t = warm_up(engine, profile.rows[-1] + 1)  # the longest verify: a draft of the last row count
         return profile, f"cached {path}; warm-up decode of {profile.rows[-1] + 1} rows {t * 1e3:.0f} ms"
-    log.info("measuring the verify-cost profile of this model on this machine (a few seconds, cached after)")
+    log.info("measuring the verify-cost profile of this model on this machine (tens of seconds on a small CPU, cached after)")
     profile = measure(engine)
     if path is not None:
         save_json(path, {"key": key, "profile": profile.to_dict()})

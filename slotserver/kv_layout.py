@@ -123,7 +123,7 @@ def resolve(config: EngineConfig, speculative: bool, directory: Path | None, *, 
     if cached is not None:
         log.info("KV layout (cached %s): %s", path, cached[0])
         return replace(config, kv_streams=cached[1])
-    log.info("timing %d-slot steps with a KV stream per slot and in one cache (a few seconds, cached after)",
+    log.info("timing %d-slot steps with a KV stream per slot and in one cache (tens of seconds on a small CPU, cached after)",
              config.n_parallel)
     t_streams, t_one = time_steps(config)
     log.info("KV layout (measured): %s", describe(config, t_streams, t_one))

@@ -59,8 +59,7 @@ log = logging.getLogger(__name__)
 # llama-server reads its --api-key from this variable when the flag is not given.
 API_KEY_ENV = "LLAMA_API_KEY"
 # llama-server's public endpoints: health checks and model listing must work for probes and clients
-# that discover the server before they are configured. "/models" is not routed yet; it stays here so
-# that it is exempt the day it is.
+# that discover the server before they are configured.
 EXEMPT_PATHS = frozenset({"/health", "/v1/health", "/models", "/v1/models"})
 METRICS_PATH = "/metrics"  # exempt only with --metrics-no-auth (a Prometheus without credentials)
 BEARER = "bearer"  # the Authorization scheme, compared case-insensitively (RFC 9110 section 11.1)
