@@ -6,6 +6,11 @@ threads and these batch sizes, or measures it (tens of seconds on a small CPU, p
 of the key: a decode's cost depends on the cells in use, which the depth term models, not on the
 cells allocated.
 
+What is measured is sized to what the batch and a slot hold (``sizes``): a small context or batch
+measures fewer row counts, at a shallower depth, and keys its profile by that sizing (a profile cut
+short never serves a larger context). A measurement that fails anyway only logs a warning at start-up
+(``api/app.py``: drafts are then verified whole, as llama.cpp does) and nothing is cached.
+
 The cache is one JSON file per key under ``--spec-profile-dir`` (default ``$XDG_CACHE_HOME/slotserver``
 or ``~/.cache/slotserver``), written atomically; a file that does not parse is measured over.
 """
@@ -55,19 +60,45 @@ def filler(engine: Engine) -> int:
     return engine.vocab.bos if engine.vocab.bos >= 0 else 0
 
 
+def row_cap(engine: Engine) -> int:
+    """Most rows in one measured decode: the batch, and one micro-batch (one graph: what is timed)."""
+    return max(1, min(engine.config.n_batch, engine.config.n_ubatch))
+
+
+def sizes(cap: int, cells: int) -> tuple[tuple[int, ...], int, int]:
+    """(row counts, depth, deep depth) of a measurement that fits decodes of at most ``cap`` rows
+    and ``cells`` cells per sequence: the row counts of ``ROWS`` up to ``cap`` that fit the cells;
+    ``DEPTH`` cached tokens before them where the longest fits after them (fewer where not), and
+    ``DEEP`` for the depth term where it fits (the caller skips that term when it is not deeper)."""
+    top = max(1, min(ROWS[-1], cap, cells - 2))
+    rows = tuple(r for r in ROWS if r <= top)
+    depth = max(0, min(DEPTH, cells - top - 2))
+    n_deep = 8 if 8 in rows else rows[-1]
+    deep = max(0, min(DEEP, cells - n_deep - 2))
+    return rows, depth, deep
+
+
+def prefill(engine: Engine, seqs: range, depth: int) -> None:
+    """``depth`` filler tokens into each of ``seqs``, in decodes of at most ``row_cap`` rows."""
+    token = filler(engine)
+    chunk = max(1, row_cap(engine) // len(seqs))
+    for p0 in range(0, depth, chunk):
+        m = min(chunk, depth - p0)
+        engine.decode(BatchPlan([BatchEntry(s, p0, [token] * m, False) for s in seqs]))
+
+
 def time_decode(engine: Engine, n_rows: int, n_seq: int, repeats: int, depth: int, seq0: int = 0,
                 warm: bool = True) -> float:
     """Seconds of one decode of ``n_rows`` output rows in each of ``n_seq`` sequences (ids from
-    ``seq0``) after ``depth`` cached tokens each: the fastest of ``repeats`` runs after a warm-up
-    (``warm``: not needed once a larger decode has run), since whatever else runs on the machine
-    only ever adds time (one busy moment made a 32-row decode cost 1.2 s instead of 0.2 s). Leaves
-    the sequences empty."""
+    ``seq0``) after ``depth`` cached tokens each (fewer if the sequence has no room for them): the
+    fastest of ``repeats`` runs after a warm-up (``warm``: not needed once a larger decode has run),
+    since whatever else runs on the machine only ever adds time (one busy moment made a 32-row
+    decode cost 1.2 s instead of 0.2 s). Leaves the sequences empty."""
     token = filler(engine)
     seqs = range(seq0, seq0 + n_seq)
     room = min(engine.n_ctx // n_seq, engine.n_ctx_slot)  # cells per sequence (a slot's stream without -kvu)
-    depth = max(0, min(depth, room - n_rows - 1, engine.config.n_batch // n_seq))
-    if depth > 0:
-        engine.decode(BatchPlan([BatchEntry(s, 0, [token] * depth, False) for s in seqs]))
+    depth = max(0, min(depth, room - n_rows - 1))
+    prefill(engine, seqs, depth)
     plan = BatchPlan([BatchEntry(s, depth, [token] * n_rows, True) for s in seqs])
     times = []
     for _ in range(repeats + warm):
@@ -87,7 +118,7 @@ def warm_up(engine: Engine, n_rows: int) -> float:
     compute buffers' pages for the first time (Gemma: about 1 MiB of logits per row); without this the
     server's first long verify pays for it, inside a request. Seconds it took."""
     token = filler(engine)
-    n_rows = max(1, min(n_rows, engine.config.n_batch, engine.n_ctx_slot - 1))
+    n_rows = max(1, min(n_rows, row_cap(engine), engine.n_ctx_slot - 1))
     t0 = time.perf_counter()
     engine.decode(BatchPlan([BatchEntry(0, 0, [token] * n_rows, True)]))
     engine.remove(0, 0)
@@ -95,17 +126,18 @@ def warm_up(engine: Engine, n_rows: int) -> float:
 
 
 def measure(engine: Engine, progress=log.info) -> VerifyProfile:
-    """The profile of ``engine``'s model and context. Needs an empty KV cache; leaves it empty."""
-    room = min(engine.config.n_batch, engine.n_ctx_slot - DEPTH - 2)
-    rows = tuple(r for r in ROWS if r <= room) or (1,)
+    """The profile of ``engine``'s model and context, sized to them (``sizes``). Needs an empty KV
+    cache; leaves it empty."""
+    cap = row_cap(engine)
+    rows, depth, deep = sizes(cap, engine.n_ctx_slot)
     t_rows = []
     warm_up(engine, rows[-1])  # touches the output rows the row counts below will use, once
     for i, n in enumerate(rows):
-        t_rows.append(time_decode(engine, n, 1, repeats_for(n), DEPTH, warm=False))
+        t_rows.append(time_decode(engine, n, 1, repeats_for(n), depth, warm=False))
         if n % PROGRESS_EVERY == 0 or i == len(rows) - 1:
             progress("calibrating verify costs (%d/%d): %d output rows: %.1f ms", i + 1, len(rows) + 2, n,
                      t_rows[-1] * 1e3)
-    n_seqs = min(N_SEQS, engine.config.n_parallel)
+    n_seqs = min(N_SEQS, engine.config.n_parallel, cap)
     t_seq = 0.0
     if n_seqs > 1:
         t_multi = time_decode(engine, 1, n_seqs, 4, 0)
@@ -113,33 +145,43 @@ def measure(engine: Engine, progress=log.info) -> VerifyProfile:
         t_seq = max(t_multi - t_single, 0.0) / (n_seqs - 1)
     progress("calibrating verify costs (%d/%d): %.2f ms per further sequence", len(rows) + 1, len(rows) + 2,
              t_seq * 1e3)
-    t_input, t_depth = _depth_terms(engine, dict(zip(rows, t_rows)))
+    t_input, t_depth = _depth_terms(engine, dict(zip(rows, t_rows)), depth, deep)
     progress("calibrating verify costs (%d/%d): %.3f ms per prompt row, %.2f ms per 1000 cached tokens "
              "per output row", len(rows) + 2, len(rows) + 2, t_input * 1e3, t_depth * 1e6)
-    return VerifyProfile(rows, tuple(t_rows), t_seq, t_input, t_depth, DEPTH)
+    return VerifyProfile(rows, tuple(t_rows), t_seq, t_input, t_depth, depth)
 
 
-def _depth_terms(engine: Engine, t_rows: dict[int, float]) -> tuple[float, float]:
-    """(seconds per prompt row, seconds per output row per cached token): a timed prompt of DEEP
-    tokens, then 8 output rows after it against the same at DEPTH."""
+def _depth_terms(engine: Engine, t_rows: dict[int, float], depth: int, deep: int) -> tuple[float, float]:
+    """(seconds per prompt row, seconds per output row per cached token): a timed prompt of ``deep``
+    tokens (in decodes of at most ``row_cap`` rows), then 8 output rows after it against the same
+    at ``depth``. Both 0 where ``deep`` is not deeper (a context too small to tell)."""
     n_rows = 8 if 8 in t_rows else max(t_rows)
-    deep = min(DEEP, engine.n_ctx_slot - n_rows - 2, engine.config.n_batch)
-    if deep <= DEPTH:
+    if deep <= depth:
         return 0.0, 0.0
-    token = filler(engine)
     t0 = time.perf_counter()
-    engine.decode(BatchPlan([BatchEntry(0, 0, [token] * deep, False)]))
+    prefill(engine, range(1), deep)
     t_input = (time.perf_counter() - t0) / deep
     engine.remove(0, 0)
     t_deep = time_decode(engine, n_rows, 1, 2, deep)
-    return t_input, max(t_deep - t_rows[n_rows], 0.0) / (n_rows * (deep - DEPTH))
+    return t_input, max(t_deep - t_rows[n_rows], 0.0) / (n_rows * (deep - depth))
 
 
 def cache_key(engine: Engine) -> dict:
     """What the profile depends on: the model file, the library, the weight layout, threads and batch
-    sizes. Not the slot count: a server of one slot measures no per-sequence term (0), and that term
-    is small here."""
-    return config_key(engine.config, engine.n_threads)
+    sizes, and the sizing where a small context or batch cut it short (``sizes``; absent otherwise,
+    so a full-size profile keeps its key whatever the context). Not the slot count: a server of one
+    slot measures no per-sequence term (0), and that term is small here."""
+    key = config_key(engine.config, engine.n_threads)
+    sized = sizing_key(row_cap(engine), engine.n_ctx_slot)
+    return key if sized is None else {**key, "sized": sized}
+
+
+def sizing_key(cap: int, cells: int) -> dict | None:
+    """What ``cache_key`` adds for a measurement that ``sizes`` cut short; None for a full one."""
+    rows, depth, deep = sizes(cap, cells)
+    if (rows[-1], depth) == (ROWS[-1], DEPTH) and deep > depth:
+        return None
+    return {"rows": rows[-1], "depth": depth, "deep": deep}
 
 
 def config_key(c: EngineConfig, n_threads: int) -> dict:

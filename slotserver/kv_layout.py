@@ -16,7 +16,9 @@ rounds): Gemma 3 270M, whose steps are mostly weight reads and the output projec
 larger share, at 186.1 / 202.3 with streams and 147.7 / 161.7 in one cache. So with
 ``--kv-streams auto`` (the default) a server that speculates on several slots times both layouts at
 start-up, on the steps speculation makes (``patterns``), and keeps streams unless one cache is at
-least ``MARGIN`` faster (``ratio``). The answer is cached beside the verify-cost profile. Without
+least ``MARGIN`` faster (``ratio``). The answer is cached beside the verify-cost profile. The timed
+steps are sized to what the batch and the slot's cells hold (``sizes``); a timing that cannot fit
+or fails anyway only logs a warning and keeps streams, uncached (a start never fails for it). Without
 speculation every slot brings one row per step, one graph either way: streams, as llama-server.
 
 Engine thread only (it decodes).
@@ -50,35 +52,75 @@ def patterns(n_slots: int, n_batch: int) -> list[tuple[int, ...]]:
     beside plain rows, two drafts of different lengths, and one slot alone (the others idle, their
     cells cached) plain, with a short draft and with the longest. One cache makes the last three
     slower (Gemma 3: +1-3%, +1-5% and +11-16%; SmolLM2: +4%, +11%, +10%) and the first four faster
-    (Gemma 3: 30-45% on the drafting steps; SmolLM2: 0-7%); ``prefer_streams`` weighs them."""
+    (Gemma 3: 30-45% on the drafting steps; SmolLM2: 0-7%); ``prefer_streams`` weighs them.
+
+    ``n_batch`` is the most rows one timed decode may hold (``row_cap``): a draft is cut so that
+    its step fits (``-b 16`` at 4 slots verifies at most 13 rows beside three plain ones), the
+    way the runner cuts drafts to the batch."""
     rest = (1,) * (n_slots - 1)
     two = (9, 5) + (1,) * (n_slots - 2)
-    return [(1,) * n_slots, (9,) + rest, (17,) + rest, two, (1,), (9,), (min(LONG, n_batch),)]
+    steps = [(1,) * n_slots, (9,) + rest, (17,) + rest, two, (1,), (9,), (LONG,)]
+    return [fit(rows, n_batch) for rows in steps]
+
+
+def fit(rows: tuple[int, ...], cap: int) -> tuple[int, ...]:
+    """``rows`` with the drafts (rows above one) cut, first slot first, until they sum to at most
+    ``cap``; plain rows are never cut (``sizes`` times nothing where they do not fit)."""
+    out = list(rows)
+    for i, r in enumerate(out):
+        over = sum(out) - cap
+        if over <= 0:
+            break
+        out[i] = max(1, r - over)
+    return tuple(out)
+
+
+def row_cap(config: EngineConfig) -> int:
+    """Most rows in one timed decode: the batch, and one micro-batch (one graph: what is timed)."""
+    return min(config.n_batch, config.n_ubatch)
+
+
+def sizes(n_slots: int, cap: int, slot_cells: int) -> tuple[int, list[tuple[int, ...]]] | None:
+    """(cached tokens per slot, the ``patterns``) of a timing that fits: every step at most ``cap``
+    rows, and every slot's cached tokens plus its rows within ``slot_cells`` (the fewer of the two
+    layouts': llama.cpp gives a stream at least 256 cells, one cache ``n_ctx / np``). None where
+    no timing fits (a plain step of every slot is more than ``cap`` rows, or a slot has no room
+    for the longest step): the caller then keeps llama-server's layout."""
+    steps = patterns(n_slots, cap)
+    longest = max(max(rows) for rows in steps)
+    if n_slots > cap or slot_cells < longest + 1:
+        return None
+    depth = min(DEPTH_MAX, int(DEPTH_SHARE * slot_cells), slot_cells - longest - 1)
+    return max(0, depth), steps
 
 
 def time_steps(config: EngineConfig, depth: int | None = None, repeats: int = REPEATS) -> tuple[list[float], list[float]]:
     """Seconds of each of the ``patterns`` steps with a KV stream per slot and in one cache, the
     fastest of ``repeats`` runs, every slot holding ``depth`` cached tokens (default: ``DEPTH_SHARE``
-    of its cells, at most ``DEPTH_MAX``). Both engines stay loaded and take turns run by run, so a
-    change in the machine's speed meets both alike (one after the other, SmolLM2's verdict flipped
-    between two measurements)."""
+    of its cells, at most ``DEPTH_MAX``; either way no more than ``sizes`` allows). Both engines
+    stay loaded and take turns run by run, so a change in the machine's speed meets both alike
+    (one after the other, SmolLM2's verdict flipped between two measurements). Raises
+    ``ValueError`` where no timing fits (``sizes``)."""
     engines = []
     try:
         for streams in (True, False):
             engines.append(Engine(replace(config, kv_streams=streams)))
         n = config.n_parallel
-        slot_cells = engines[0].n_ctx_slot
-        if depth is None:
-            depth = min(DEPTH_MAX, int(DEPTH_SHARE * slot_cells))
-        depth = max(0, min(depth, slot_cells - LONG - 1))
+        cap = row_cap(config)
+        sized = sizes(n, cap, min(engine.n_ctx_slot for engine in engines))
+        if sized is None:
+            raise ValueError(f"no timed step fits {n} slots of {min(e.n_ctx_slot for e in engines)} cells "
+                             f"in batches of {cap} rows")
+        fitting, steps = sized
+        depth = fitting if depth is None else max(0, min(depth, fitting))
         token = filler(engines[0])
-        chunk = max(1, config.n_batch // n)
+        chunk = max(1, cap // n)
         for engine in engines:
             for p0 in range(0, depth, chunk):
                 m = min(chunk, depth - p0)
                 engine.decode(BatchPlan([BatchEntry(s, p0, [token] * m, False) for s in range(n)]))
         out: tuple[list[float], list[float]] = ([], [])
-        for rows in patterns(n, config.n_batch):
+        for rows in steps:
             plan = BatchPlan([BatchEntry(s, depth, [token] * r, True) for s, r in enumerate(rows)])
             times: tuple[list[float], list[float]] = ([], [])
             for _ in range(repeats + 1):
@@ -125,7 +167,12 @@ def resolve(config: EngineConfig, speculative: bool, directory: Path | None, *, 
         return replace(config, kv_streams=cached[1])
     log.info("timing %d-slot steps with a KV stream per slot and in one cache (tens of seconds on a small CPU, cached after)",
              config.n_parallel)
-    t_streams, t_one = time_steps(config)
+    try:
+        t_streams, t_one = time_steps(config)
+    except Exception as exc:  # a measurement never stops the start; nothing is cached, the next start times again
+        log.warning("timing the KV layouts failed (%s: %s); keeping a KV stream per slot, llama-server's layout",
+                    type(exc).__name__, exc)
+        return replace(config, kv_streams=True)
     log.info("KV layout (measured): %s", describe(config, t_streams, t_one))
     if path is not None:
         save_json(path, {"key": key, "t_streams_s": t_streams, "t_one_s": t_one})
@@ -135,6 +182,6 @@ def resolve(config: EngineConfig, speculative: bool, directory: Path | None, *, 
 def describe(config: EngineConfig, t_streams: Sequence[float], t_one: Sequence[float]) -> str:
     chosen = "a KV stream per slot" if prefer_streams(t_streams, t_one) else "one KV cache"
     steps = ", ".join(f"{'+'.join(map(str, rows))} {s * 1e3:.1f}/{o * 1e3:.1f}"
-                      for rows, s, o in zip(patterns(config.n_parallel, config.n_batch), t_streams, t_one))
+                      for rows, s, o in zip(patterns(config.n_parallel, row_cap(config)), t_streams, t_one))
     return (f"{chosen}: one cache takes {ratio(t_streams, t_one):.2f}x the time of streams "
             f"(rows per slot: ms with streams/in one cache: {steps})")

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from slotserver.calibrate import time_decode
+from slotserver.calibrate import row_cap, time_decode
 from slotserver.draft_costs import PAY_MARGIN, DraftCosts, Payoff
 from slotserver.engine import Engine
 from slotserver.scheduler import BatchEntry, BatchPlan, common_prefix
@@ -262,9 +262,12 @@ def calibrate(target: VerifyProfile, draft: Engine, repeats: int = 7) -> DraftCo
     Eight rows, because a verify batch's cost is not linear in its rows (ggml picks kernels by
     batch size; here 5 rows cost more than 8): eight is a typical verified draft. A depth, because
     a small draft model's step is dominated by attention over its cache sooner than the target's:
-    here SmolLM2's step costs 0.5 of Gemma's at an empty cache and 0.8 at 1000 tokens."""
+    here SmolLM2's step costs 0.5 of Gemma's at an empty cache and 0.8 at 1000 tokens.
+
+    Sized to the draft context: no more sequences than one measured decode holds (``row_cap``), and
+    ``time_decode`` keeps the depth within each sequence's cells."""
     t1, t8 = target.t_out(1), target.t_out(8)
-    n_seq = min(4, draft.config.n_parallel)
+    n_seq = min(4, draft.config.n_parallel, row_cap(draft))
     d1 = time_decode(draft, 1, 1, repeats, target.depth)
     dn = time_decode(draft, 1, n_seq, repeats, target.depth) if n_seq > 1 else d1
     return DraftCosts(t_target_s=t1, t_row_s=max(t8 - t1, 0.0) / 7, t_draft_s=d1,

@@ -112,16 +112,28 @@ def _engine_ctx(on_fatal: Callable[[str], None]):
     return engine_ctx
 
 
-def _load_draft_model(config: ServerConfig, target: Engine, profile: VerifyProfile) -> ModelDrafter:
+def _load_draft_model(config: ServerConfig, target: Engine, profile: VerifyProfile | None) -> ModelDrafter:
     """The draft model's own context (one sequence per slot, the target's batch sizes), its vocabulary
-    checked against the target's, and its cost measured against the target's (docs/drafters.md)."""
+    checked against the target's, and its cost measured against the target's (docs/drafters.md).
+    Without a profile, or if measuring the cost fails, it drafts without costs, as llama.cpp's draft
+    model does (every step, ``--spec-draft-when always``): a warning, never a failed start."""
     dc = config.spec.draft
     t = config.engine
     engine = Engine(EngineConfig(model_path=dc.path, n_ctx=dc.n_ctx or target.n_ctx, n_parallel=t.n_parallel,
                                  n_batch=t.n_batch, n_ubatch=t.n_ubatch, n_threads=dc.n_threads or target.n_threads,
                                  kv_unified=True))
+    costs = None
     try:
-        costs = calibrate(profile, engine)
+        if profile is None:
+            log.warning("draft model costs: no verify-cost profile to measure them against; the draft model "
+                        "drafts every step, as llama.cpp's does")
+        else:
+            try:
+                costs = calibrate(profile, engine)
+            except Exception as exc:  # a measurement never stops the start; nothing of it is cached
+                engine.remove(-1, 0)  # whatever the failed measurement left in the draft context
+                log.warning("measuring the draft model's costs failed (%s: %s); the draft model drafts every "
+                            "step, as llama.cpp's does", type(exc).__name__, exc)
         drafter = ModelDrafter(engine, target.vocab, dc, costs)
     except Exception:
         engine.close()
@@ -131,6 +143,8 @@ def _load_draft_model(config: ServerConfig, target: Engine, profile: VerifyProfi
                  engine.description, drafter.mismatch)
     else:
         log.info("draft model %s: same vocabulary as the target: token ids are shared", engine.description)
+    if costs is None:
+        return drafter
     never = "" if dc.when == "always" or drafter.can_pay(1) else \
         ": never here, so the draft model is not run (--spec-draft-when always runs it)"
     log.info("draft model costs: target step %.1f ms (+%.1f ms per verified row), draft step %.1f ms: c = %.2f; "
@@ -139,9 +153,18 @@ def _load_draft_model(config: ServerConfig, target: Engine, profile: VerifyProfi
     return drafter
 
 
-def _load_profile(config: ServerConfig, engine: Engine) -> VerifyProfile:
-    """The verify-cost profile that decides how much of each draft is verified (docs/drafters.md)."""
-    profile, source = load_or_measure(engine, profile_dir(config.spec), force=config.spec.recalibrate)
+def _load_profile(config: ServerConfig, engine: Engine) -> VerifyProfile | None:
+    """The verify-cost profile that decides how much of each draft is verified (docs/drafters.md).
+    None if measuring it fails (a warning; nothing cached, the next start measures again): without a
+    profile every draft is verified whole and the first drafter with a draft wins, llama.cpp's plain
+    drafting (``chain.py``, ``drafting.py``), rather than a start that fails."""
+    try:
+        profile, source = load_or_measure(engine, profile_dir(config.spec), force=config.spec.recalibrate)
+    except Exception as exc:
+        engine.remove(-1, 0)  # whatever the failed measurement left in the cache: serving starts empty
+        log.warning("measuring the verify-cost profile failed (%s: %s); drafts are verified whole, as llama.cpp "
+                    "does", type(exc).__name__, exc)
+        return None
     rows, tps = profile.ceiling()
     log.info("verify-cost profile (%s): one row %.1f ms, %d rows %.1f ms; a perfect drafter reaches %.0f tokens/s "
              "at %d rows per step", source, profile.t_rows_s[0] * 1e3, profile.rows[-1], profile.t_rows_s[-1] * 1e3,
