@@ -38,7 +38,7 @@ def test_a_profile_cut_short_has_its_own_cache_key():
     assert small is not None and other is not None and small != other
 
 
-@pytest.mark.parametrize("n_slots,cap", [(4, 32), (4, 16), (4, 8), (2, 4), (8, 8), (4, 2048)])
+@pytest.mark.parametrize("n_slots,cap", [(4, 16), (4, 8), (2, 4), (8, 8), (8, 12)])
 def test_kv_layout_steps_fit_the_batch(n_slots, cap):
     steps = kv_layout.patterns(n_slots, cap)
     assert len(steps) == 7  # the cache format: one time per step
