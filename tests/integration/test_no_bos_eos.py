@@ -21,8 +21,9 @@ import json
 import gguf
 import llama_cpp as lc
 import pytest
-from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata
+from gguf.scripts.gguf_new_metadata import MetadataDetails
 
+from tests.integration import fim_model
 from tests.integration.fim_model import FIM_TOKENS, SMOLLM2
 from tests.integration.serverproc import ServerProcess
 
@@ -45,14 +46,7 @@ def rwkv_escape(data: bytes) -> str:
 
 
 def write_copy(dst, new: dict[str, MetadataDetails], remove: list[str]) -> str:
-    reader = gguf.GGUFReader(SMOLLM2, "r")
-    arch = reader.get_field(gguf.Keys.General.ARCHITECTURE).contents()
-    writer = gguf.GGUFWriter(str(dst), arch=arch, endianess=reader.endianess)
-    alignment = reader.get_field(gguf.Keys.General.ALIGNMENT)
-    if alignment is not None:
-        writer.data_alignment = alignment.contents()
-    copy_with_new_metadata(reader, writer, new, remove)
-    return str(dst)
+    return str(fim_model.write_copy(SMOLLM2, dst, new, remove))
 
 
 def rwkv_copy(dst) -> str:
