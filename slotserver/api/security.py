@@ -22,10 +22,16 @@ Three checks, in one middleware that runs before any other work on a request (be
 * **Origins.** Any web page the user visits can POST ``text/plain`` to a server on localhost or the
   LAN: such a "simple" request needs no CORS preflight, so the browser sends it and the server would
   act on it (the page just cannot read the answer). Browsers put an ``Origin`` header on every such
-  request, so a request whose ``Origin`` is neither the server's own (same scheme://host:port as its
-  ``Host``) nor listed with ``--cors-origin`` gets 403, with or without a valid key: a foreign page
-  cannot know the key anyway, and refusing it outright keeps the rule simple. Clients that send no
-  ``Origin`` (curl, Python, the openai package) are unaffected.
+  request, so a request whose ``Origin`` is none of the server's own (same scheme://host:port as its
+  ``Host``), a loopback origin (``is_loopback_origin``: ``localhost``, ``*.localhost``,
+  ``127.0.0.0/8``, ``[::1]``, any port; a page there is served by a local process, which can call us
+  directly anyway, and the Host allowlist keeps a rebound name from posing as one), or one listed with
+  ``--cors-origin``/``--cors-origins`` (llama-server's flag: a comma list, ``localhost`` its keyword
+  for the loopback origins, ``*`` any) gets 403, with or without a valid key: a foreign page cannot
+  know the key anyway, and refusing it outright keeps the rule simple. A preflight (``OPTIONS``) from
+  such an origin is answered as llama-server answers it, 204 without ``Access-Control-Allow-Origin``,
+  so the browser itself stops the request it announced. Clients that send no ``Origin`` (curl,
+  Python, the openai package) are unaffected.
 
 The same-origin rule trusts ``Host``; the Host allowlist is what makes that trust safe.
 
@@ -65,6 +71,8 @@ METRICS_PATH = "/metrics"  # exempt only with --metrics-no-auth (a Prometheus wi
 BEARER = "bearer"  # the Authorization scheme, compared case-insensitively (RFC 9110 section 11.1)
 API_KEY_HEADER = "X-Api-Key"
 ANY_ORIGIN = "*"  # --cors-origin '*': every origin is allowed
+LOOPBACK_ORIGINS = "localhost"  # --cors-origins localhost (llama-server's keyword): loopback origins, any port
+BROWSER_SCHEMES = frozenset({"http", "https"})  # the schemes a loopback web page is served with
 # Ports browsers leave out of an Origin; "http://h" and "http://h:80" are the same origin.
 DEFAULT_PORTS = {"http": 80, "https": 443}
 # What a preflight may ask for: the methods the routes use, and the headers a browser client needs
@@ -207,24 +215,59 @@ def normalize_origin(text: str) -> str | None:
     return f"{scheme}://{host}:{port}"
 
 
-def parse_cors_origins(values: Iterable[str] | None) -> tuple[str, ...]:
-    """``--cors-origin`` values, normalized; ``*`` is kept as is. A malformed one is an error."""
+def parse_cors_origin_list(text: str, *, source: str) -> list[str]:
+    """One comma list as llama-server's ``--cors-origins`` takes it: origins normalized, ``*`` and
+    the ``localhost`` keyword kept as they are, blank items skipped (``a,b,``). A malformed item is
+    an error naming ``source``: the server must not start with another policy than meant."""
+    out = []
+    for item in (s.strip() for s in text.split(",")):
+        if not item:
+            continue
+        if item == ANY_ORIGIN or item.lower() == LOOPBACK_ORIGINS:
+            out.append(item.lower())
+            continue
+        origin = normalize_origin(item)
+        if origin is None:
+            raise ValueError(f"{source}: {item!r} is not an origin (scheme://host[:port]), 'localhost' or '*'")
+        out.append(origin)
+    return out
+
+
+def parse_cors_origins(values: Iterable[str] | None, lists: str | None = None) -> tuple[str, ...]:
+    """The allowed origins: every ``--cors-origin`` value and the ``--cors-origins`` list (both comma
+    lists; an origin holds no comma), in order, without duplicates."""
     out = []
     for value in values or ():
-        origin = ANY_ORIGIN if value.strip() == ANY_ORIGIN else normalize_origin(value)
-        if origin is None:
-            raise ValueError(f"--cors-origin: {value!r} is not an origin (scheme://host[:port]) or '*'")
-        out.append(origin)
+        out += parse_cors_origin_list(value, source="--cors-origin")
+    if lists is not None:
+        out += parse_cors_origin_list(lists, source="--cors-origins")
     return tuple(dict.fromkeys(out))
+
+
+def is_loopback_origin(normal: str) -> bool:
+    """Whether a normalized origin is a web page on this machine: ``http(s)://`` and ``localhost``, a
+    name under ``.localhost``, an address in ``127.0.0.0/8`` or ``[::1]``, on any port. What
+    llama-server's ``localhost`` keyword allows (it checks localhost, 127.0.0.1 and ::1)."""
+    scheme, _, authority = normal.partition("://")
+    parsed = parse_host(authority) if scheme in BROWSER_SCHEMES else None
+    if parsed is None:
+        return False
+    if is_localhost(parsed.host):
+        return True
+    try:
+        return parsed.is_ip and ipaddress.ip_address(parsed.host.strip("[]")).is_loopback
+    except ValueError:  # "127.1": digits, but not an address a browser sends
+        return False
 
 
 def origin_allowed(origin: str, *, own: str | None, allowed: tuple[str, ...]) -> bool:
     """Whether a request carrying ``Origin: origin`` may be served. ``own`` is the server's origin as
-    the request addressed it; ``allowed`` the normalized ``--cors-origin`` values."""
+    the request addressed it; ``allowed`` the parsed ``--cors-origin(s)`` entries. Loopback origins
+    always may (the ``localhost`` keyword is what the default already allows)."""
     if ANY_ORIGIN in allowed:
         return True
     normal = normalize_origin(origin)
-    return normal is not None and (normal == own or normal in allowed)
+    return normal is not None and (normal == own or normal in allowed or is_loopback_origin(normal))
 
 
 def own_origin(request: web.Request) -> str | None:
@@ -382,7 +425,8 @@ def refusal(status: int, message: str, kind: str) -> web.Response:
 
 
 def preflight(origin: str | None) -> web.Response:
-    """Any OPTIONS: 204. To an allowed origin, the CORS grant (the ACAO header is added on prepare)."""
+    """Any OPTIONS: 204. To an allowed origin, the CORS grant (the ACAO header is added on prepare);
+    to a refused one none, as llama-server answers it: the browser then blocks the real request."""
     headers = {"Allow": ALLOW_METHODS}
     if origin is not None:
         headers.update({"Access-Control-Allow-Methods": ALLOW_METHODS,
@@ -392,8 +436,9 @@ def preflight(origin: str | None) -> web.Response:
 
 
 def security_middleware(policy: Policy):
-    """Host first (403), then Origin (403), then OPTIONS (204, no key: browsers send no credentials
-    on a preflight), then the key (401); only then does the handler run."""
+    """Host first (403), then OPTIONS (204, no key: browsers send no credentials on a preflight; a
+    grant only to an allowed origin), then Origin (403), then the key (401); only then does the
+    handler run."""
 
     @web.middleware
     async def middleware(request: web.Request, handler):
@@ -401,11 +446,11 @@ def security_middleware(policy: Policy):
             return refused
         origin = request.headers.get("Origin")
         allowed = policy.allowed_origin(request)
-        if origin is not None and allowed is None:
-            message = f"origin {origin[:MAX_ECHOED_ORIGIN]!r} not allowed; see --cors-origin"
-            return refusal(403, message, "permission_error")
         if request.method == "OPTIONS":
             return preflight(allowed)
+        if origin is not None and allowed is None:
+            message = f"origin {origin[:MAX_ECHOED_ORIGIN]!r} not allowed; see --cors-origins"
+            return refusal(403, message, "permission_error")
         if policy.key_digests:
             tenant = authorized(request.headers, policy.key_digests)
             if tenant is not None:

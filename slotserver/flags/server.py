@@ -58,6 +58,10 @@ def add_server_args(parser) -> None:
                         f"each a comma list; if not given, ${API_KEY_ENV}; no key at all: none needed")
     add_flag(g, "--api-key-file", action="append", metavar="FNAME", env="LLAMA_ARG_API_KEY_FILE",
              help="file of API keys, one per line (blank lines and # comments ignored); repeatable")
+    add_flag(g, "--cors-origins", metavar="ORIGINS", env="LLAMA_ARG_CORS_ORIGINS",
+             help="comma list of browser origins (scheme://host[:port]) allowed besides the server's own and "
+                  "loopback ones; 'localhost': loopback origins (always allowed here); '*': any; adds to "
+                  "--cors-origin; other origins get 403, their preflights 204 without a grant")
     _metrics_args(g)
     _own_args(g)
     add_ignored(g, IGNORED)
@@ -78,8 +82,8 @@ def _metrics_args(g) -> None:
 def _own_args(g) -> None:
     """slotserver's own: browser origins and the limits of docs/operations.md."""
     g.add_argument("--cors-origin", action="append", metavar="ORIGIN",
-                   help="slotserver: browser origin (scheme://host[:port]) allowed besides the server's own, or '*' "
-                        "for any; repeatable; other origins get 403")
+                   help="slotserver: browser origin (scheme://host[:port]) allowed besides the server's own and "
+                        "loopback ones, or '*' for any; repeatable, each a comma list; see --cors-origins")
     g.add_argument("--allowed-host", action="append", metavar="HOST",
                    help="slotserver: Host header value accepted besides loopback names and --host (a name, or "
                         "name:port), or '*' for any; repeatable; other Hosts get 403 (DNS rebinding)")

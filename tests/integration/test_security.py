@@ -1,7 +1,8 @@
 """API keys, the browser Origin policy and the Host allowlist on real servers (slotserver/api/security.py).
 
 Three small servers, one slot each: ``keyed`` (``--api-key k1,k2``, a key file with ``k3``,
-``--metrics``, ``--cors-origin http://allowed.example``, ``--allowed-host my.lan``), ``scraped`` (a
+``--metrics``, ``--cors-origin http://allowed.example``, llama-server's ``--cors-origins
+localhost,http://listed.example``, ``--allowed-host my.lan``), ``scraped`` (a
 key and ``--metrics-no-auth``) and ``open`` (no key: the default, where the Origin policy and the
 Host allowlist alone stop a foreign page). Requests stay tiny (``n_predict`` <= 4).
 """
@@ -17,7 +18,9 @@ from tests.metrics.promtext import delta, parse
 
 COMMON = ["-c", "1024", "-np", "1", "-t", "1", "--spec-type", "none"]
 ALLOWED = "http://allowed.example"
+LISTED = "http://listed.example"  # in --cors-origins' comma list
 FOREIGN = "http://evil.example"
+LOOPBACK_ORIGINS = ("http://localhost:5173", "http://127.0.0.1:3000", "http://[::1]:8081")  # local web apps
 TINY = {"prompt": "The capital of France is", "n_predict": 2, "temperature": 0.0}
 CHAT = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "temperature": 0.0}
 INVALID_KEY = {"error": {"code": 401, "message": "Invalid API Key", "type": "authentication_error"}}
@@ -35,7 +38,7 @@ async def keyed(tmp_path_factory):
     key_file = tmp_path_factory.mktemp("keys") / "api-keys"
     key_file.write_text("# the editor plugin's key\n\nk3\n")
     srv = await start(["--api-key", "k1,k2", "--api-key-file", str(key_file), "--metrics",
-                       "--cors-origin", ALLOWED, "--allowed-host", "my.lan"])
+                       "--cors-origin", ALLOWED, "--cors-origins", f"localhost,{LISTED}", "--allowed-host", "my.lan"])
     yield srv
     await srv.stop()
 
@@ -157,14 +160,49 @@ async def test_same_origin_and_allowed_origin_pass_with_the_header(keyed):
 
 
 async def test_preflight(keyed):
+    # A refused origin's preflight is answered as llama-server answers it, without a grant: the
+    # browser then does not send the request it announced.
     status, headers, _ = await call(keyed, "OPTIONS", "/v1/chat/completions", Origin=FOREIGN, **PREFLIGHT)
-    assert status == 403 and "Access-Control-Allow-Origin" not in headers
+    assert status == 204 and "Access-Control-Allow-Origin" not in headers
+    assert "Access-Control-Allow-Methods" not in headers and "Access-Control-Allow-Headers" not in headers
     status, headers, _ = await call(keyed, "OPTIONS", "/v1/chat/completions", Origin=ALLOWED, **PREFLIGHT)
     assert status == 204  # no key: browsers send none on a preflight
     assert headers["Access-Control-Allow-Origin"] == ALLOWED and headers["Vary"] == "Origin"
     assert "POST" in headers["Access-Control-Allow-Methods"]
     allowed = {h.strip().lower() for h in headers["Access-Control-Allow-Headers"].split(",")}
     assert {"authorization", "x-api-key", "content-type"} <= allowed
+
+
+async def test_cors_origins_list_allows_its_origins_and_localhost(keyed):
+    for origin in (LISTED, *LOOPBACK_ORIGINS):
+        status, headers, _ = await call(keyed, "OPTIONS", "/v1/chat/completions", Origin=origin, **PREFLIGHT)
+        assert status == 204 and headers["Access-Control-Allow-Origin"] == origin, origin
+        status, headers, out = await call(keyed, "POST", "/v1/chat/completions", CHAT, Origin=origin,
+                                          Authorization="Bearer k3")
+        assert status == 200 and out["usage"]["completion_tokens"] == 2, origin
+        assert headers["Access-Control-Allow-Origin"] == origin
+    # The origin passes; the key is still needed.
+    status, _, out = await call(keyed, "POST", "/completion", TINY, Origin=LISTED)
+    assert (status, out) == (401, INVALID_KEY)
+
+
+async def test_loopback_origins_work_by_default_and_a_foreign_simple_post_is_still_refused(open_server):
+    """A web app on another local port can call a default server; a foreign page's simple POST,
+    which no preflight precedes, is still refused before any work (its preflight gets no grant)."""
+    before = finished(open_server)
+    for origin in LOOPBACK_ORIGINS:
+        status, headers, out = await call(open_server, "POST", "/completion", TINY, Origin=origin,
+                                          Content_Type="application/json")
+        assert status == 200 and out["tokens_predicted"] == 2, origin
+        assert headers["Access-Control-Allow-Origin"] == origin and "Origin" in headers["Vary"]
+    assert finished(open_server) == before + len(LOOPBACK_ORIGINS)
+    status, headers, _ = await call(open_server, "OPTIONS", "/completion", Origin=FOREIGN, **PREFLIGHT)
+    assert status == 204 and "Access-Control-Allow-Origin" not in headers
+    status, headers, out = await call(open_server, "POST", "/completion", json.dumps(TINY), Origin=FOREIGN,
+                                      Content_Type="text/plain")
+    assert status == 403 and out["error"]["message"] == f"origin {FOREIGN!r} not allowed; see --cors-origins"
+    assert "Access-Control-Allow-Origin" not in headers
+    assert finished(open_server) == before + len(LOOPBACK_ORIGINS)
 
 
 @pytest.mark.parametrize("srv_name, headers", [("keyed", bearer("k2")), ("open", {})])

@@ -12,12 +12,12 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from slotserver.api import security
 from slotserver.api.security import (
-    ANY_ORIGIN, HostAllowlist, HostName, Policy, authorized, cors_headers, key_digest, key_matches, load_api_keys,
-    needs_key, normalize_origin, origin_allowed, parse_allowed_hosts, parse_cors_origins, parse_host, presented_keys,
-    read_key_file, security_middleware, split_keys,
+    ANY_ORIGIN, HostAllowlist, HostName, Policy, authorized, cors_headers, is_loopback_origin, key_digest,
+    key_matches, load_api_keys, needs_key, normalize_origin, origin_allowed, parse_allowed_hosts, parse_cors_origins,
+    parse_host, presented_keys, read_key_file, security_middleware, split_keys,
 )
 from slotserver.api.state import TENANT
-from slotserver.cli import build_parser, config_from_args
+from slotserver.cli import build_parser, config_from_args, parse_args
 
 # --- keys --------------------------------------------------------------------------------------------
 
@@ -136,12 +136,42 @@ def test_parse_cors_origins():
         parse_cors_origins(["a.example"])
 
 
+def test_cors_origins_is_llama_servers_comma_list_with_its_keywords():
+    assert parse_cors_origins(None, "localhost, HTTP://B.example:80,,https://c.example:8443") == (
+        "localhost", "http://b.example", "https://c.example:8443")
+    assert parse_cors_origins(["http://a.example,http://b.example"], "LOCALHOST,*,http://a.example") == (
+        "http://a.example", "http://b.example", "localhost", "*")  # both flags add to one list
+    with pytest.raises(ValueError, match="^--cors-origins: 'b.example' is not an origin"):
+        parse_cors_origins(None, "http://a.example,b.example")
+    with pytest.raises(ValueError, match="^--cors-origin: "):
+        parse_cors_origins(["http://a.example/path"])
+
+
+@pytest.mark.parametrize("origin", [
+    "http://localhost:5173", "http://localhost", "https://localhost:8443", "http://app.localhost:3000",
+    "http://127.0.0.1:3000", "http://127.5.6.7", "http://[::1]:8081", "HTTP://LOCALHOST.:80",
+])
+def test_loopback_origins_are_allowed_by_default(origin):
+    assert is_loopback_origin(normalize_origin(origin))
+    assert origin_allowed(origin, own="http://127.0.0.1:8080", allowed=())
+
+
+@pytest.mark.parametrize("origin", [
+    "http://localhost.evil.example", "http://127.0.0.1.evil.example", "http://evil.example:3000",
+    "http://192.168.1.20:3000", "http://0.0.0.0:3000", "http://[::2]", "http://[::ffff:127.0.0.1]",
+    "http://127.1", "ftp://localhost", "chrome-extension://localhost", "null",
+])
+def test_other_origins_are_not_loopback(origin):
+    normal = normalize_origin(origin)
+    assert normal is None or not is_loopback_origin(normal)
+    assert not origin_allowed(origin, own="http://127.0.0.1:8080", allowed=("localhost",))
+
+
 def test_origin_allowed_same_origin_listed_or_any():
     own = "http://127.0.0.1:8080"
     assert origin_allowed("http://127.0.0.1:8080", own=own, allowed=())
-    assert not origin_allowed("http://127.0.0.1:8081", own=own, allowed=())
-    assert not origin_allowed("https://127.0.0.1:8080", own=own, allowed=())
-    assert not origin_allowed("http://localhost:8080", own=own, allowed=())  # another origin, as browsers see it
+    assert not origin_allowed("http://192.168.1.20:8081", own=own, allowed=())
+    assert not origin_allowed("https://[::2]:8080", own=own, allowed=())
     assert not origin_allowed("http://evil.example", own=own, allowed=())
     assert not origin_allowed("null", own=own, allowed=())
     assert not origin_allowed("http://evil.example", own=None, allowed=())
@@ -252,6 +282,14 @@ async def test_foreign_origin_403_before_the_key(client):
         assert "Access-Control-Allow-Origin" not in resp.headers
 
 
+async def test_loopback_origin_passes_with_the_header_and_still_needs_the_key(client):
+    for origin in ("http://localhost:5173", "http://127.0.0.1:3000", "http://[::1]:8081"):
+        resp = await client.post("/completion", headers={"Origin": origin, "X-Api-Key": "k1"})
+        assert resp.status == 200 and resp.headers["Access-Control-Allow-Origin"] == origin
+        resp = await client.post("/completion", headers={"Origin": origin, "Content-Type": "text/plain"})
+        assert resp.status == 401
+
+
 async def test_foreign_host_403_before_routing_origin_and_key(client):
     rebind = {"Host": "rebind.attacker.example:8080", "Origin": "http://rebind.attacker.example:8080"}
     for method, path, headers in (("POST", "/completion", {"Host": "evil.example"}),
@@ -299,7 +337,10 @@ async def test_same_and_allowed_origins_get_the_header_streamed_too(client):
 async def test_options_preflight(client):
     ask = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization,content-type"}
     resp = await client.options("/completion", headers={**ask, "Origin": "http://evil.example"})
-    assert resp.status == 403
+    assert resp.status == 204  # as llama-server: answered, but without a grant the browser stops
+    assert "Access-Control-Allow-Origin" not in resp.headers and "Access-Control-Allow-Methods" not in resp.headers
+    resp = await client.options("/completion", headers={**ask, "Origin": "http://localhost:5173"})
+    assert resp.status == 204 and resp.headers["Access-Control-Allow-Origin"] == "http://localhost:5173"
     resp = await client.options("/completion", headers={**ask, "Origin": "http://app.example"})
     assert resp.status == 204
     assert resp.headers["Access-Control-Allow-Origin"] == "http://app.example"
@@ -327,13 +368,23 @@ def test_flags_reach_the_config_and_keys_stay_out_of_its_repr(monkeypatch, tmp_p
     assert config.cors_origins == ("http://app.example", "*")
     assert "k1" not in repr(config)
     assert config_for().api_keys == () and config_for().cors_origins == ()
+    both = config_for("--cors-origin", "http://a.example", "--cors-origins", "localhost,http://b.example")
+    assert both.cors_origins == ("http://a.example", "localhost", "http://b.example")
+
+    def from_env(*flags: str):
+        environ = {"LLAMA_ARG_CORS_ORIGINS": "http://c.example,localhost"}
+        return config_from_args(parse_args(["-m", "/nonexistent/model.gguf", *flags], environ))
+
+    assert from_env().cors_origins == ("http://c.example", "localhost")
+    assert from_env("--cors-origins", "*").cors_origins == ("*",)  # the flag wins over the variable
     assert config_for("--allowed-host", "My.Lan", "--allowed-host", "box:8080").allowed_hosts == ("my.lan", "box:8080")
     monkeypatch.setenv("LLAMA_API_KEY", "e1")
     assert config_for().api_keys == ("e1",)
 
 
 @pytest.mark.parametrize("flags", [["--api-key", ""], ["--api-key-file", "/nonexistent/keys"],
-                                   ["--cors-origin", "app.example"], ["--allowed-host", "http://my.lan"]])
+                                   ["--cors-origin", "app.example"], ["--cors-origins", "localhost,app.example"],
+                                   ["--allowed-host", "http://my.lan"]])
 def test_bad_flags_stop_the_start(flags):
     with pytest.raises(ValueError):
         config_for(*flags)
