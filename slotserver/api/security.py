@@ -79,6 +79,10 @@ DEFAULT_PORTS = {"http": 80, "https": 443}
 # to send a key and a JSON body.
 ALLOW_METHODS = "GET, POST, OPTIONS"
 ALLOW_HEADERS = "Authorization, X-Api-Key, Content-Type"
+# An allowed origin's preflight may also ask for its own headers (the openai JS package sends
+# X-Stainless-*); those named as RFC 9110 tokens are granted too, up to a bound.
+HEADER_NAME = re.compile(r"[A-Za-z0-9!#$%&'+.^_`|~-]{1,64}")
+MAX_EXTRA_HEADERS = 32
 # Browsers cap this (Chromium at 2 hours); 10 minutes saves a preflight per request without making
 # a changed --cors-origin take long to be seen.
 PREFLIGHT_MAX_AGE_S = 600
@@ -424,13 +428,23 @@ def refusal(status: int, message: str, kind: str) -> web.Response:
     return response
 
 
-def preflight(origin: str | None) -> web.Response:
+def allow_headers(requested: str) -> str:
+    """``ALLOW_HEADERS`` and the well-formed names of ``Access-Control-Request-Headers`` (llama-server
+    grants ``*``, which browsers do not apply to ``Authorization``)."""
+    names = {h.lower(): h for h in ALLOW_HEADERS.split(", ")}
+    for name in (h.strip() for h in requested.split(",")[:MAX_EXTRA_HEADERS]):
+        if HEADER_NAME.fullmatch(name):
+            names.setdefault(name.lower(), name)
+    return ", ".join(names.values())
+
+
+def preflight(origin: str | None, requested_headers: str = "") -> web.Response:
     """Any OPTIONS: 204. To an allowed origin, the CORS grant (the ACAO header is added on prepare);
     to a refused one none, as llama-server answers it: the browser then blocks the real request."""
     headers = {"Allow": ALLOW_METHODS}
     if origin is not None:
         headers.update({"Access-Control-Allow-Methods": ALLOW_METHODS,
-                        "Access-Control-Allow-Headers": ALLOW_HEADERS,
+                        "Access-Control-Allow-Headers": allow_headers(requested_headers),
                         "Access-Control-Max-Age": str(PREFLIGHT_MAX_AGE_S)})
     return web.Response(status=204, headers=headers)
 
@@ -447,7 +461,7 @@ def security_middleware(policy: Policy):
         origin = request.headers.get("Origin")
         allowed = policy.allowed_origin(request)
         if request.method == "OPTIONS":
-            return preflight(allowed)
+            return preflight(allowed, request.headers.get("Access-Control-Request-Headers", ""))
         if origin is not None and allowed is None:
             message = f"origin {origin[:MAX_ECHOED_ORIGIN]!r} not allowed; see --cors-origins"
             return refusal(403, message, "permission_error")

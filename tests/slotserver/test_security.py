@@ -341,6 +341,13 @@ async def test_options_preflight(client):
     assert "Access-Control-Allow-Origin" not in resp.headers and "Access-Control-Allow-Methods" not in resp.headers
     resp = await client.options("/completion", headers={**ask, "Origin": "http://localhost:5173"})
     assert resp.status == 204 and resp.headers["Access-Control-Allow-Origin"] == "http://localhost:5173"
+    # The openai JS package's own headers are granted to an allowed origin; a malformed name is not.
+    asked = "authorization, x-stainless-os, x-stainless-lang, bad header, *"
+    resp = await client.options("/completion", headers={"Access-Control-Request-Method": "POST",
+                                                        "Access-Control-Request-Headers": asked,
+                                                        "Origin": "http://app.example"})
+    granted = [h.strip() for h in resp.headers["Access-Control-Allow-Headers"].split(",")]
+    assert granted == ["Authorization", "X-Api-Key", "Content-Type", "x-stainless-os", "x-stainless-lang"]
     resp = await client.options("/completion", headers={**ask, "Origin": "http://app.example"})
     assert resp.status == 204
     assert resp.headers["Access-Control-Allow-Origin"] == "http://app.example"
