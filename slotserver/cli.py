@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import logging
 import os
 import signal
@@ -29,9 +30,12 @@ from slotserver.drafter_types import DRAFT_MODEL, parse_types
 from slotserver.engine import Engine, EngineConfig
 from slotserver.flags.common import IGNORED as COMMON_IGNORED
 from slotserver.flags.common import add_common_args
-from slotserver.flags.env import env_defaults, normalize_argv
+from slotserver.flags.common import apply_repack
+from slotserver.flags.env import env_defaults, given, misspelled_short_flag, normalize_argv
 from slotserver.flags.help import HelpFormatter
 from slotserver.flags.ignored import ignored_warnings
+from slotserver.flags.presets import add_presets, apply_presets
+from slotserver.flags.refused import add_refused, refused_env
 from slotserver.flags.sampling import add_sampling_args, sampling_defaults
 from slotserver.flags.server import IGNORED as SERVER_IGNORED
 from slotserver.flags.server import add_server_args
@@ -64,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for add_section in (add_common_args, add_sampling_args, add_speculative_args, add_server_args):
         add_section(p)
+    add_presets(p.add_argument_group("presets"))
+    add_refused(p.add_argument_group("refused", "llama-server flags slotserver cannot honour; each stops the start "
+                                                "saying why"))
     return p
 
 
@@ -74,12 +81,22 @@ def parse_args(argv: list[str] | None = None, environ: Mapping[str, str] = os.en
     """
     parser = build_parser()
     argv = normalize_argv(sys.argv[1:] if argv is None else list(argv))
+    wrong = misspelled_short_flag(parser, argv)
+    if wrong is not None:
+        parser.error(f"unrecognized argument: {wrong} (llama-server's flags are matched whole; see --help)")
     try:
         defaults, notes = env_defaults(parser, argv, environ)
     except ValueError as exc:
         parser.error(str(exc))
     parser.set_defaults(**defaults)
     args = parser.parse_args(argv)
+    refused = refused_env(environ)
+    if refused is not None:
+        parser.error(refused)
+    try:
+        notes = apply_presets(args, given(parser, argv) | set(defaults)) + notes
+    except ValueError as exc:
+        parser.error(str(exc))
     args.env_notes = notes
     return args
 
@@ -114,6 +131,30 @@ def _existing_dir(path: str, engine: EngineConfig, spec: SpecConfig) -> str:
     return path
 
 
+def listen_hosts(host: str) -> list[str]:
+    """--host: one address, or a comma list of them (each is listened on)."""
+    hosts = [h.strip() for h in host.split(",")]
+    if not all(hosts):
+        raise ValueError(f"--host {host!r}: an empty address in the list")
+    return hosts
+
+
+def host_names(hosts: list[str]) -> list[str]:
+    """With several --host addresses, the names among them (not IP literals) are the server's own
+    names, allowed as Host headers (a single --host name is allowed by the Host check itself)."""
+    if len(hosts) < 2:
+        return []
+    return [h for h in hosts if not _is_ip(h)]
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text.strip("[]"))
+    except ValueError:
+        return False
+    return True
+
+
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
     unified = args.parallel == -1 if args.kv_unified is None else args.kv_unified
     engine = EngineConfig(
@@ -141,7 +182,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         metrics=args.metrics or bool(args.metrics_compat), metrics_series=metrics_series(args),
         api_keys=load_api_keys(flags=args.api_key, files=args.api_key_file), metrics_no_auth=args.metrics_no_auth,
         cors_origins=parse_cors_origins(args.cors_origin, args.cors_origins),
-        allowed_hosts=parse_allowed_hosts(args.allowed_host),
+        allowed_hosts=parse_allowed_hosts((args.allowed_host or []) + host_names(listen_hosts(args.host))),
         chat_special=args.chat_special,
     )
 
@@ -195,6 +236,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"error: {exc}") from None
     for line in startup_warnings(args):
         logging.getLogger("slotserver").warning(line)
+    apply_repack(args)
     failures: list[str] = []
 
     def on_fatal(reason: str) -> None:
@@ -206,7 +248,8 @@ def main(argv: list[str] | None = None) -> None:
     app.on_startup.append(_handle_signals)
     try:
         # Our signal handlers drain first (shutdown.drain); aiohttp then needs only a short grace.
-        web.run_app(app, host=config.host, port=config.port, handler_cancellation=True, handle_signals=False,
+        hosts = listen_hosts(config.host)
+        web.run_app(app, host=hosts if len(hosts) > 1 else hosts[0], port=config.port, handler_cancellation=True, handle_signals=False,
                     shutdown_timeout=1.0, print=lambda msg: logging.getLogger("slotserver").info(msg))
     except StartupFileError as exc:
         raise SystemExit(f"error: {exc}") from None
@@ -220,6 +263,7 @@ def calibrate_main(argv: list[str]) -> None:
     """``slotserver calibrate [server flags]``: measure the verify-cost profile of the model and
     settings those flags give, cache it where the server will read it, and print it."""
     args = parse_args(argv)
+    apply_repack(args)
     logging.basicConfig(level="INFO", format="%(message)s")
     try:
         config = config_from_args(args)

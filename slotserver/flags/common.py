@@ -3,11 +3,17 @@ cannot matter on this CPU build."""
 
 from __future__ import annotations
 
+import importlib.metadata
+import os
+
+from slotserver import __version__
 from slotserver.flags.env import add_flag, add_pair
 from slotserver.flags.ignored import Ignored, add_ignored
 
 CPU_ONLY = "GPU offload: this server runs llama.cpp on the CPU only"
+EXTRA_BUFTS = "SLOTSERVER_EXTRA_BUFTS"  # slotserver/cpu_kernels.py ENV (not imported: it loads llama_cpp)
 ROPE = "the model's own RoPE/YaRN settings are used (context extension is not supported)"
+LOG_FORMAT = "log lines have one plain format here: time, level, logger, message"
 IGNORED = (
     Ignored(("-ngl", "--gpu-layers", "--n-gpu-layers"), CPU_ONLY, env=("LLAMA_ARG_N_GPU_LAYERS",)),
     Ignored(("-sm", "--split-mode"), CPU_ONLY, "MODE", env=("LLAMA_ARG_SPLIT_MODE",)),
@@ -40,7 +46,22 @@ IGNORED = (
     Ignored(("--yarn-attn-factor",), ROPE, env=("LLAMA_ARG_YARN_ATTN_FACTOR",)),
     Ignored(("--yarn-beta-slow",), ROPE, env=("LLAMA_ARG_YARN_BETA_SLOW",)),
     Ignored(("--yarn-beta-fast",), ROPE, env=("LLAMA_ARG_YARN_BETA_FAST",)),
+    Ignored(("-cmoe", "--cpu-moe"), CPU_ONLY + ": MoE weights are on the CPU already", None, env=("LLAMA_ARG_CPU_MOE",)),
+    Ignored(("-ncmoe", "--n-cpu-moe"), CPU_ONLY + ": MoE weights are on the CPU already", env=("LLAMA_ARG_N_CPU_MOE",)),
+    Ignored(("--no-host",), "there are no device buffers to bypass", None),
+    Ignored(("-hft", "--hf-token"), "slotserver downloads nothing", "TOKEN"),
+    Ignored(("--offline",), "slotserver downloads nothing: it is always offline", None, env=("LLAMA_OFFLINE",)),
+    Ignored(("--no-mmproj",), "no multimodal projector is ever loaded here", None),
+    Ignored(("--mmproj-auto",), "no multimodal projector is ever loaded here", negative=("--no-mmproj-auto",),
+            env=("LLAMA_ARG_MMPROJ_AUTO",)),
+    Ignored(("--mmproj-offload",), "no multimodal projector is ever loaded here", negative=("--no-mmproj-offload",),
+            env=("LLAMA_ARG_MMPROJ_OFFLOAD",)),
     Ignored(("--log-disable",), "logging is set with --log-level", None),
+    Ignored(("--log-colors",), LOG_FORMAT, "on|off|auto", env=("LLAMA_LOG_COLORS",), optional=True),
+    Ignored(("--log-prefix",), LOG_FORMAT, None, env=("LLAMA_LOG_PREFIX",)),
+    Ignored(("--log-timestamps",), LOG_FORMAT, None, env=("LLAMA_LOG_TIMESTAMPS",)),
+    Ignored(("-lv", "--verbosity", "--log-verbosity"), "what is logged is set with --log-level (or -v)",
+            env=("LLAMA_LOG_VERBOSITY",)),
     Ignored(("--log-file",), "logs go to stderr (redirect it, or let the service manager collect it)", "FNAME",
             env=("LLAMA_ARG_LOG_FILE", "LLAMA_LOG_FILE")),
 )
@@ -78,4 +99,22 @@ def add_common_args(parser) -> None:
              help="log everything (--log-level debug)")
     add_flag(g, "--log-level", default="info", choices=["debug", "info", "warning", "error"],
              help="slotserver: what to log")
+    add_pair(g, ["--repack"], ["-nr", "--no-repack"], dest="repack", default=None, env="LLAMA_ARG_REPACK",
+             help=f"weight repacking into llama.cpp's extra CPU buffer types (default: on, except where the AMX "
+                  f"kernels crash; the same as {EXTRA_BUFTS}=1/0, which these flags override)")
+    g.add_argument("--version", action="version", version=version_text(), help="print the version and exit")
     add_ignored(g, IGNORED)
+
+
+def version_text() -> str:
+    try:
+        llama = importlib.metadata.version("llama_cpp_python")
+    except importlib.metadata.PackageNotFoundError:
+        llama = "unknown"
+    return f"slotserver {__version__} (llama-cpp-python {llama})"
+
+
+def apply_repack(args) -> None:
+    """--repack/--no-repack: set before any model loads; slotserver/cpu_kernels.py reads it."""
+    if getattr(args, "repack", None) is not None:
+        os.environ[EXTRA_BUFTS] = "1" if args.repack else "0"

@@ -10,6 +10,7 @@ does the flags themselves.
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Iterable, Mapping
 
 TRUTHY = frozenset({"on", "enabled", "true", "1"})
@@ -66,6 +67,26 @@ def normalize_argv(argv: list[str]) -> list[str]:
             token = name.replace("_", "-") + eq + value
         out.append(token)
     return out
+
+
+NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
+
+
+def misspelled_short_flag(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
+    """The first single-dash token that is not one of our spellings (``-mu``, ``-c512``), up to a ``--``.
+
+    argparse would read ``-mu URL`` as ``-m u`` (short-option concatenation) and ``-hf`` as ``-h``;
+    llama.cpp matches whole spellings only, and so does this check. Negative numbers are values."""
+    known = parser._option_string_actions
+    for token in argv:
+        if token == "--":
+            break
+        if not token.startswith("-") or token.startswith("--") or token == "-" or NEGATIVE_NUMBER.match(token):
+            continue
+        if token in known or token.split("=", 1)[0] in known or " " in token:
+            continue
+        return token
+    return None
 
 
 def env_actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:

@@ -22,6 +22,8 @@ IGNORED = (
             "TYPE", env=("LLAMA_ARG_SPEC_DRAFT_CACHE_TYPE_K", "LLAMA_ARG_CACHE_TYPE_K_DRAFT")),
     Ignored(("-ctvd", "--cache-type-v-draft", "--spec-draft-type-v"), "the draft model's KV cache is f16, as the target's",
             "TYPE", env=("LLAMA_ARG_SPEC_DRAFT_CACHE_TYPE_V", "LLAMA_ARG_CACHE_TYPE_V_DRAFT")),
+    Ignored(("-cmoed", "--cpu-moe-draft"), "the draft model runs on the CPU", None, env=("LLAMA_ARG_CPU_MOE_DRAFT",)),
+    Ignored(("-ncmoed", "--n-cpu-moe-draft"), "the draft model runs on the CPU", env=("LLAMA_ARG_N_CPU_MOE_DRAFT",)),
     Ignored(("--draft-p-split", "--spec-draft-p-split"), "only llama.cpp's tree-drafting example uses it", "P",
             env=("LLAMA_ARG_SPEC_DRAFT_P_SPLIT", "LLAMA_ARG_DRAFT_P_SPLIT")),
 )

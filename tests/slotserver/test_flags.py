@@ -3,6 +3,8 @@ for ignored flags, and sampling/speculative defaults reaching parsed requests. N
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from slotserver.cli import build_parser, config_from_args, parse_args, startup_warnings
@@ -206,7 +208,7 @@ def test_draft_model_flags_configure_the_draft_model():
     env = parse_args(MODEL + ["--spec-type", "draft-simple"], {"LLAMA_ARG_MODEL_DRAFT": "e.gguf"})
     assert config_from_args(env).spec.draft.path == "e.gguf"
     for spec in SPEC_IGNORED:
-        assert len(startup_warnings(parse_args(MODEL + [spec.names[-1], "1"], {}))) == 1
+        assert len(startup_warnings(parse_args(MODEL + [spec.names[-1], *value_for(spec)], {}))) == 1
 
 
 def test_a_draft_model_the_spec_types_leave_out_is_not_loaded_and_draft_simple_needs_one():
@@ -279,3 +281,112 @@ def test_metrics_series():
     compat = config(["--metrics-series", "slotserver", "--metrics-compat", "llamacpp"])
     assert compat.metrics and compat.metrics_series == ("slotserver", "llamacpp")
     assert not config(["--metrics-series", "slotserver"]).metrics
+
+
+# --- llama-server command lines never misparse (issue 34, "Command line") ---------------------------
+
+def refusal(argv: list[str], environ: dict[str, str] | None = None, capsys=None) -> str:
+    """The error message a command line stops with (argparse exits 2)."""
+    with pytest.raises(SystemExit) as exc:
+        parse_args(argv, environ or {})
+    assert exc.value.code == 2
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,why", [
+    (["-hf", "org/repo"], "slotserver downloads nothing: pass -m FILE"),
+    (["-hfr", "org/repo"], "slotserver downloads nothing: pass -m FILE"),
+    (["--hf-repo", "org/repo"], "slotserver downloads nothing: pass -m FILE"),
+    (["-hff", "f.gguf"], "slotserver downloads nothing: pass -m FILE"),
+    (["-hfd", "org/draft"], "slotserver downloads nothing: pass -md FILE"),
+    (["-mu", "https://x/m.gguf"], "slotserver downloads nothing: pass -m FILE"),
+    (["--model-url", "https://x/m.gguf"], "slotserver downloads nothing: pass -m FILE"),
+    (["-dr", "gemma3"], "slotserver downloads nothing: pass -m FILE"),
+    (["-mm", "proj.gguf"], "multimodal projectors are not supported"),
+    (["-mmu", "https://x/proj.gguf"], "multimodal projectors are not supported"),
+    (["--embeddings"], "embedding models are not served here"),
+    (["--gpt-oss-20b-default"], "slotserver downloads nothing: pass -m FILE"),
+])
+def test_download_and_multimodal_flags_are_refused_by_name_never_misread(argv, why, capsys):
+    err = refusal(MODEL + argv, capsys=capsys)
+    assert f"error: {argv[0]}: " in err and why in err, err
+
+
+def test_short_flags_are_matched_whole_never_split_as_argparse_would(capsys):
+    """Undeclared, -mu URL was -m u (the model "u"); llama.cpp matches whole spellings only."""
+    for token in ("-mx", "-c512", "-npx", "-hx"):
+        err = refusal(MODEL + [token, "1"], capsys=capsys)
+        assert f"unrecognized argument: {token} " in err, err
+    assert config(["-n", "-1", "--keep", "-1", "--temp", "-0.5"]).n_keep == -1  # negative numbers are values
+
+
+def test_every_refused_flag_names_itself(capsys):
+    from slotserver.flags.refused import REFUSED
+    for spec in REFUSED:
+        for name in spec.names:
+            value = [] if spec.metavar is None else ["v"] * len(spec.metavar.split())
+            err = refusal(MODEL + [name, *value], capsys=capsys)
+            assert f"error: {name}: {spec.reason}" in err, (name, err)
+
+
+@pytest.mark.parametrize("name", ["LLAMA_ARG_HF_REPO", "LLAMA_ARG_MODEL_URL", "LLAMA_ARG_MMPROJ", "LLAMA_ARG_DOCKER_REPO"])
+def test_refused_flags_variables_are_refused_too(name, capsys):
+    """A service environment naming a repository must not start the embedded model instead."""
+    err = refusal([], {name: "x"}, capsys=capsys)
+    assert f"error: {name} (" in err and ("downloads nothing" in err or "multimodal" in err), err
+
+
+def test_version_prints_and_exits_0(capsys):
+    with pytest.raises(SystemExit) as exc:
+        parse_args(["--version"], {})
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.startswith("slotserver ")
+
+
+def test_host_lists_listen_on_each_address():
+    from slotserver.cli import listen_hosts
+    c = config(["--host", "127.0.0.1,::1"])
+    assert listen_hosts(c.host) == ["127.0.0.1", "::1"]
+    assert listen_hosts(config(["--host", "0.0.0.0"]).host) == ["0.0.0.0"]
+    # names in a list are the server's own names: their Host headers are allowed
+    assert "box.lan" in config(["--host", "127.0.0.1,box.lan", "--api-key", "k"]).allowed_hosts
+    with pytest.raises(ValueError, match="--host"):
+        config(["--host", "127.0.0.1,"])
+
+
+def test_log_moe_and_download_hints_are_accepted_with_one_warning_each():
+    argv = ["--log-colors", "off", "--log-timestamps", "--log-prefix", "-lv", "3", "--n-cpu-moe", "4", "--cpu-moe",
+            "--log-colors", "--offline", "-hft", "tok", "--no-mmproj", "-ncmoed", "2"]
+    lines = startup_warnings(parse_args(MODEL + argv, {}))
+    assert len(lines) == 10 and all(line.startswith("ignoring ") for line in lines), lines
+    assert any("--log-colors on:" in line for line in lines)  # -fa-like: the value may be left out
+    for name in ("LLAMA_LOG_COLORS", "LLAMA_LOG_TIMESTAMPS", "LLAMA_ARG_N_CPU_MOE", "LLAMA_ARG_CPU_MOE"):
+        assert len(startup_warnings(parse_args(MODEL, {name: "1"}))) == 1, name
+
+
+def test_no_repack_turns_weight_repacking_off(monkeypatch):
+    from slotserver.cpu_kernels import ENV
+    from slotserver.flags.common import apply_repack
+    monkeypatch.setenv(ENV, "1")
+    for argv, environ, expected in ((["--no-repack"], {}, "0"), (["-nr"], {}, "0"), (["--repack"], {}, "1"),
+                                    ([], {"LLAMA_ARG_REPACK": "false"}, "0"), ([], {"LLAMA_ARG_NO_REPACK": "1"}, "0")):
+        args = parse_args(MODEL + argv, environ)
+        assert startup_warnings(args) == []
+        apply_repack(args)
+        assert os.environ[ENV] == expected, (argv, environ)
+    monkeypatch.setenv(ENV, "1")
+    apply_repack(parse_args(MODEL, {}))  # not given: SLOTSERVER_EXTRA_BUFTS (or the AMX check) decides
+    assert os.environ[ENV] == "1"
+
+
+def test_fim_presets_are_hints_for_a_local_model(capsys):
+    err = refusal(["--fim-qwen-7b-default"], capsys=capsys)
+    assert "error: --fim-qwen-7b-default: slotserver downloads nothing: pass -m FILE" in err
+    assert "qwen2.5-coder-7b-q8_0.gguf" in err
+    c = config(["--fim-qwen-1.5b-default"])
+    assert (c.port, c.engine.n_batch, c.engine.n_ubatch, c.engine.n_ctx, c.cache_reuse) == (8012, 1024, 1024, 0, 256)
+    c = config(["--fim-qwen-3b-default", "--port", "9000", "-c", "4096"], {"LLAMA_ARG_CACHE_REUSE": "64"})
+    assert (c.port, c.engine.n_ctx, c.cache_reuse, c.engine.n_batch) == (9000, 4096, 64, 1024)  # given ones win
+    lines = startup_warnings(parse_args(MODEL + ["--fim-qwen-7b-spec"], {}))
+    assert len(lines) == 1 and "--fim-qwen-7b-spec: no draft model is loaded" in lines[0] and "-md FILE" in lines[0]
+    assert startup_warnings(parse_args(MODEL + ["--fim-qwen-7b-spec", "-md", "d.gguf"], {})) == []
