@@ -396,7 +396,8 @@ class Policy:
 
     @classmethod
     def from_config(cls, config: ServerConfig) -> "Policy":
-        if not config.api_keys and config.host not in LOOPBACK_HOSTS:
+        hosts = [h.strip() for h in config.host.split(",")]  # --host takes llama-server's comma list
+        if not config.api_keys and any(h not in LOOPBACK_HOSTS for h in hosts):
             log.warning("listening on %s without an API key: anyone who can reach it can use it (--api-key)",
                         config.host)
         return cls(key_digests=tuple(key_digest(k) for k in config.api_keys),

@@ -395,3 +395,12 @@ def test_flags_reach_the_config_and_keys_stay_out_of_its_repr(monkeypatch, tmp_p
 def test_bad_flags_stop_the_start(flags):
     with pytest.raises(ValueError):
         config_for(*flags)
+
+
+@pytest.mark.parametrize("host,warned", [("127.0.0.1,::1", False), ("localhost", False),
+                                         ("127.0.0.1,0.0.0.0", True), ("0.0.0.0", True)])
+def test_the_no_key_warning_reads_a_host_list_address_by_address(caplog, host, warned):
+    config = config_from_args(parse_args(["--host", host], environ={}))
+    with caplog.at_level("WARNING", logger="slotserver.api.security"):
+        security.Policy.from_config(config)
+    assert ("without an API key" in caplog.text) is warned
