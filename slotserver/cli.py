@@ -22,7 +22,8 @@ from ngram.suffix import SuffixConfig
 from slotserver import kv_layout
 from slotserver.api.app import create_app
 from slotserver.calibrate import load_or_measure, profile_dir
-from slotserver.api.security import load_api_keys, parse_allowed_hosts, parse_cors_origins
+from slotserver.api.hosts import parse_allowed_hosts
+from slotserver.api.security import load_api_keys, parse_cors_origins
 from slotserver.api.shutdown import HARD_EXIT_GRACE_S, drain, exit_now, start_exit_timer
 from slotserver.api.state import STATE
 from slotserver.config import ServerConfig, SpecConfig

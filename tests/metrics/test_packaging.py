@@ -13,7 +13,7 @@ from pathlib import Path
 import dockerfile
 import yaml
 
-from slotserver.api.security import HostAllowlist
+from slotserver.api.hosts import HostAllowlist
 from slotserver.cli import build_parser, config_from_args
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,10 +11,11 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from slotserver.api import security
+from slotserver.api.hosts import HostAllowlist, HostName, parse_allowed_hosts, parse_host
 from slotserver.api.security import (
-    ANY_ORIGIN, HostAllowlist, HostName, Policy, authorized, cors_headers, is_loopback_origin, key_digest,
-    key_matches, load_api_keys, needs_key, normalize_origin, origin_allowed, parse_allowed_hosts, parse_cors_origins,
-    parse_host, presented_keys, read_key_file, security_middleware, split_keys,
+    ANY_ORIGIN, Policy, authorized, cors_headers, is_loopback_origin, key_digest, key_matches, load_api_keys,
+    needs_key, normalize_origin, origin_allowed, parse_cors_origins, presented_keys, read_key_file,
+    security_middleware, split_keys,
 )
 from slotserver.api.state import TENANT
 from slotserver.cli import build_parser, config_from_args, parse_args
