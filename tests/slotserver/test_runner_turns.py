@@ -69,8 +69,12 @@ async def test_a_turn_ends_after_turn_s_so_other_engine_thread_jobs_run_while_wo
     ran = await asyncio.wait_for(runner.on_engine_thread(lambda: (fake.done, fake.has_work())), 60)
     assert ran[1] and not task.done()  # ran on the engine thread while the requests still had work
     seen = fake.done
-    await runner.on_engine_thread(lambda: None)
-    assert fake.done > seen  # and the steps went on between the two jobs
+
+    async def steps_go_on() -> None:  # each job is queued behind whatever the run loop has queued,
+        while await runner.on_engine_thread(lambda: fake.done) <= seen:  # so the order of the two
+            pass  # wake-ups on the event loop decides whether a step sits between two given jobs
+
+    await asyncio.wait_for(steps_go_on(), 60)  # the steps went on between engine-thread jobs
     fake.stop.set()
     runner._wake.set()
     task.cancel()
