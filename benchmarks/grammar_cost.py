@@ -4,7 +4,7 @@ Only the vocabulary is loaded; logits are random. Per grammar state (after accep
 JSON text): the grammar applied to every candidate (what llama.cpp's resampling does), one token
 checked alone, and the greedy scan ``GrammarSampler`` uses (the best tokens checked one by one).
 
-    python benchmarks/grammar_cost.py
+    python -m benchmarks.grammar_cost
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import llama_cpp as lc
 import numpy as np
 from llama_cpp.llama_grammar import json_schema_to_gbnf
 
-from slotserver.grammar_sampler import GrammarSampler, new_grammar
-from slotserver.models import default_model_path
-from slotserver.post_sampling import CandidateSampler
-from slotserver.vocab import Vocab
+from slotserver.engine.model_files import default_model_path
+from slotserver.engine.vocab import Vocab
+from slotserver.sampling.candidates import CandidateSampler
+from slotserver.sampling.grammar_sampler import GrammarSampler, new_grammar
 
 SCHEMA = {"type": "array", "minItems": 8, "maxItems": 8, "items": {
     "type": "object", "properties": {"task": {"type": "string", "maxLength": 24}, "done": {"type": "boolean"}},

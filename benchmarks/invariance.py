@@ -3,10 +3,12 @@ decoded alone or as a row of a verify batch, and with another sequence in the ba
 
 python invariance.py UNIFIED(0|1) EXTRA_BUFTS(0|1) FLASH(0|1) UBATCH
 """
-import ctypes, sys
-import numpy as np
+import sys
+
 import llama_cpp as lc
-from slotserver.models import default_model_path
+import numpy as np
+
+from slotserver.engine.model_files import default_model_path
 
 unified, extra, flash, ubatch = (int(a) for a in sys.argv[1:5])
 lc.llama_backend_init()
@@ -56,6 +58,7 @@ single = np.stack(single)
 lc.llama_memory_clear(mem, True)
 decode([(0, 0, P, False)])
 import time
+
 t0 = time.perf_counter(); batched = decode([(0, len(P), gen, True)]); t_batch = time.perf_counter() - t0
 lc.llama_memory_seq_rm(mem, 0, len(P), -1)
 t0 = time.perf_counter(); decode([(0, len(P), gen[:1], True)]); t_one = time.perf_counter() - t0

@@ -6,7 +6,7 @@
 # Phase "cold": the servers never saw the conversations. Then every server is stopped with SIGTERM
 # (ours save their learned files: --spec-suffix-file, --spec-ngram-mod-file, -lcd in $STATE) and
 # started again with the same files; phase "restart" replays the same conversations.
-# Usage: bash benchmarks/multiturn.sh [extra slotserver.bench_multiturn args, e.g. --only file_edits]
+# Usage: bash benchmarks/multiturn.sh [extra benchmarks.bench.multiturn args, e.g. --only file_edits]
 #        LLAMA_SERVER=~/llama.cpp/build/bin/llama-server MARKDOWN=docs/benchmarks-multiturn.md \
 #          bash benchmarks/multiturn.sh
 #        CONFIGS=none,suffix bash benchmarks/multiturn.sh --only file_edits --turns 2 --n-predict 32
@@ -26,7 +26,7 @@ MARKDOWN=${MARKDOWN:-}  # append the tables here too (they are always printed)
 LABEL=${LABEL:-Gemma 3 270M Q4_K_M}
 SERVER_ARGS=${SERVER_ARGS:-}  # extra flags for every slotserver (word-split)
 STATE=${STATE:-$(mktemp -d /tmp/multiturn.XXXXXX)}  # the learned files, kept for a look afterwards
-MODEL=${MODEL:-$(python3 -c "from slotserver.models import default_model_path; print(default_model_path())")}
+MODEL=${MODEL:-$(python3 -c "from slotserver.engine.model_files import default_model_path; print(default_model_path())")}
 LOGS=${LOGS:-$STATE}
 
 source benchmarks/servers.sh  # start, wait_healthy, stop_servers (SIGTERM: ours save their files)
@@ -63,7 +63,7 @@ start_servers() {  # start_servers <phase>: one at a time, so each start-up meas
 run_phase() {  # run_phase <cold|restart> [bench args...]
   local phase=$1; shift
   echo "== $phase: $LABEL, learned files in $STATE"
-  python3 -m slotserver.bench_multiturn "${SERVERS[@]}" --phase "$phase" --rounds "$ROUNDS" \
+  python3 -m benchmarks.bench.multiturn "${SERVERS[@]}" --phase "$phase" --rounds "$ROUNDS" \
     --label "$LABEL, $phase" ${MARKDOWN:+--markdown "$MARKDOWN" --append} "$@"
 }
 

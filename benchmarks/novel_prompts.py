@@ -14,7 +14,7 @@ alternating per prompt:
 It prints tokens/s and milliseconds per ``llama_decode`` (from ``/metrics``) per prompt, then the
 medians and how many prompts drafting made faster or slower than ``none``:
 
-    python benchmarks/novel_prompts.py --model PATH --type ngram-mod --n 12
+    python -m benchmarks.novel_prompts --model PATH --type ngram-mod --n 12
 """
 
 from __future__ import annotations
@@ -27,13 +27,10 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # this checkout's slotserver
 
-# benchmarks/ is first on sys.path when this runs as a script
-from chain_replay import post
-from cold_samples import wait_healthy
-
-from slotserver.bench_report import counters
+from benchmarks.bench.report import counters
+from benchmarks.chain_replay import post
+from benchmarks.cold_samples import wait_healthy
 
 TOPICS = [
     "the history of glassblowing in Venice", "how bees communicate", "why the sky is blue", "the rules of cricket",

@@ -8,7 +8,7 @@ costs twice a plain step, so short drafts pay less than their acceptance suggest
 (49k rows) costs 1.5 ms at most; there the second row of the body is what costs. The verify-cost
 profile (``calibrate.py``) measures the totals; this shows where they come from:
 
-    python benchmarks/output_rows.py MODEL.gguf
+    python -m benchmarks.output_rows MODEL.gguf
 """
 
 from __future__ import annotations
@@ -18,10 +18,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # this checkout's slotserver
 
-from slotserver.engine import Engine, EngineConfig
-from slotserver.scheduler import BatchEntry, BatchPlan
+from slotserver.engine.batch import BatchEntry, BatchPlan
+from slotserver.engine.engine import Engine, EngineConfig
 
 DEPTH = 256
 ROWS = (1, 2, 3, 4, 5, 6, 8, 12, 16, 32, 64)

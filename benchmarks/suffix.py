@@ -13,7 +13,7 @@ requests of 128..1024 tokens) in one numpy sort, then measures:
 
 Targets (issue 13): draft p99 <= 1 ms, update <= 50 µs per token.
 
-    python benchmarks/suffix.py [--global-tokens 1000000] [--steps 2000] [--prompt 4096]
+    python -m benchmarks.suffix [--global-tokens 1000000] [--steps 2000] [--prompt 4096]
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ plus a few alternative continuations where its structure saw more than one, each
 its own sequence (``ngram/suffix_tree.py``). This replays real greedy outputs of the target through
 
 - **path**: the drafter's draft, cut per step by the server's selection (``DraftChain`` estimates,
-  ``spec_select.choose`` under the verify-cost profile), as the server verifies it;
+  ``selection.choose`` under the verify-cost profile), as the server verifies it;
 - **tree+k**: the same cut draft plus up to k extra rows, the likeliest other continuations that
   branch off its kept nodes (estimate >= ``--branch-min-prob``);
 - **oracle+k**: the same cut draft plus, with hindsight, up to k rows on the true continuation
@@ -19,15 +19,15 @@ what the profile says a decode of its rows and sequences costs (``VerifyProfile.
 bound for the trees: the engine would also copy the context's KV cells to each extra sequence and
 drop the losing ones, which is not counted; prefill is left out of every policy alike.
 
-Streams: **outputs**, the 8 workloads of ``slotserver/workloads.json`` once each; **multi-turn**,
+Streams: **outputs**, the 8 workloads of ``benchmarks/bench/workloads.json`` once each; **multi-turn**,
 per workload ``--turns`` turns (3) whose prompts carry the earlier turns, turn 1 its real output
 and the later ones copies of that output with independent token edits (each token substituted,
 dropped or followed by an inserted one with probability ``--edit-rate``), so from the third turn
 on the text meets versions of itself that part at every edit.
 
-    python benchmarks/suffix_tree.py generate outputs.json [-m MODEL]   # loads the model, once
+    python -m benchmarks.suffix_tree generate outputs.json [-m MODEL]   # loads the model, once
     python -m slotserver calibrate --spec-profile-dir DIR              # the profile, cached in DIR
-    python benchmarks/suffix_tree.py replay outputs.json --profile DIR/verify-profile-*.json
+    python -m benchmarks.suffix_tree replay outputs.json --profile DIR/verify-profile-*.json
 """
 
 from __future__ import annotations
@@ -43,11 +43,12 @@ from typing import Sequence
 from ngram.suffix import SuffixConfig, SuffixDrafter
 from ngram.suffix_tree import build, fork
 from ngram.suffix_walk import Cursor, merged_children
-from slotserver.chain import DraftChain, DraftLimits
-from slotserver.spec_select import Offer, choose
-from slotserver.verify_costs import VerifyProfile
+from slotserver.engine.verify_costs import VerifyProfile
+from slotserver.speculation.chain import DraftChain
+from slotserver.speculation.config import DraftLimits
+from slotserver.speculation.selection import Offer, choose
 
-WORKLOADS = Path(__file__).resolve().parent.parent / "slotserver" / "workloads.json"
+WORKLOADS = Path(__file__).resolve().parent / "bench" / "workloads.json"
 TURN_TEXT = "\n\nOnce more, with a few changes:\n"  # between turns of the multi-turn stream
 EXTRAS = (1, 2, 4)
 SLOT = 0
@@ -56,10 +57,9 @@ SLOT = 0
 def generate(out: Path, model_path: str) -> None:
     """Greedy outputs of every workload (``n_predict`` tokens or up to end of generation), one plain
     decode per token through the server's engine (its kernels: the outputs it gives unspeculated)."""
-    from slotserver.engine import Engine, EngineConfig
-    from slotserver.models import default_model_path
-    from slotserver.scheduler import BatchEntry, BatchPlan
-
+    from slotserver.engine.batch import BatchEntry, BatchPlan
+    from slotserver.engine.engine import Engine, EngineConfig
+    from slotserver.engine.model_files import default_model_path
     engine = Engine(EngineConfig(model_path or default_model_path(), n_ctx=4096, n_parallel=1))
     records = []
     for w in json.loads(WORKLOADS.read_text())["workloads"]:

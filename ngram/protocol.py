@@ -18,7 +18,7 @@ from typing import Protocol, Sequence
 class Drafter(Protocol):
     """A draft proposer. The chain calls it; it never decodes, samples or counts anything itself."""
 
-    # No name attribute: the registry (slotserver/drafter_types.py) names every drafter.
+    # No name attribute: the registry (slotserver/speculation/registry.py) names every drafter.
 
     def begin(self, slot: int, prompt: Sequence[int]) -> None:
         """A slot finished processing ``prompt`` (all tokens now in the KV cache) and starts generating."""

@@ -19,19 +19,18 @@ from ngram.cache import NgramCacheConfig
 from ngram.map_state import NgramMapConfig
 from ngram.mod import NgramModConfig
 from ngram.suffix import SuffixConfig
-from slotserver import kv_layout
 from slotserver.api.app import create_app
-from slotserver.calibrate import load_or_measure, profile_dir
 from slotserver.api.hosts import parse_allowed_hosts
 from slotserver.api.security import load_api_keys, parse_cors_origins
 from slotserver.api.shutdown import HARD_EXIT_GRACE_S, drain, exit_now, start_exit_timer
 from slotserver.api.state import STATE
-from slotserver.config import ServerConfig, SpecConfig
-from slotserver.drafter_types import DRAFT_MODEL, parse_types
-from slotserver.engine import Engine, EngineConfig
+from slotserver.config import ServerConfig
+from slotserver.engine import kv_layout
+from slotserver.engine.calibrate import load_or_measure, profile_dir
+from slotserver.engine.engine import Engine, EngineConfig
+from slotserver.engine.model_files import default_model_path
 from slotserver.flags.common import IGNORED as COMMON_IGNORED
-from slotserver.flags.common import add_common_args
-from slotserver.flags.common import apply_repack
+from slotserver.flags.common import add_common_args, apply_repack
 from slotserver.flags.env import env_defaults, given, misspelled_short_flag, normalize_argv
 from slotserver.flags.help import HelpFormatter
 from slotserver.flags.ignored import ignored_warnings
@@ -43,10 +42,10 @@ from slotserver.flags.server import add_server_args
 from slotserver.flags.speculative import IGNORED as SPEC_IGNORED
 from slotserver.flags.speculative import MIB, add_speculative_args
 from slotserver.limits import LimitsConfig
-from slotserver.model_drafter import DraftModelConfig
-from slotserver.models import default_model_path
-from slotserver.persist import StartupFileError
-from slotserver.slot_files import check_save_dir, own_files
+from slotserver.serving.slot_files import check_save_dir, own_files
+from slotserver.speculation.config import DraftModelConfig, SpecConfig
+from slotserver.speculation.persistence import StartupFileError
+from slotserver.speculation.registry import DRAFT_MODEL, parse_types
 
 
 def parse_spec_types(values: list[str] | None, draft_model: str = "") -> tuple[str, ...]:

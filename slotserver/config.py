@@ -5,66 +5,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from ngram.cache import NgramCacheConfig
-from ngram.map_state import NgramMapConfig
-from ngram.mod import NgramModConfig
-from ngram.suffix import SuffixConfig
-from slotserver.chain import SELECT_MODES, DraftLimits
-from slotserver.chains import SCOPES
-from slotserver.drafter_types import BY_NAME, DRAFT_MODEL, RANK
-from slotserver.engine import EngineConfig
+from slotserver.engine.engine import EngineConfig
 from slotserver.limits import LimitsConfig
-from slotserver.model_drafter import DraftModelConfig
-from slotserver.request import SPEC_N_MAX
-from slotserver.sampling import SamplingParams
+from slotserver.sampling.params import SamplingParams
+from slotserver.speculation.config import SCOPES, SPEC_N_MAX, DraftLimits, SpecConfig
 
 # Prometheus families /metrics can export: ours and llama-server's (api/metrics_llamacpp.py).
 METRICS_SERIES = ("slotserver", "llamacpp")
-
-
-@dataclass(frozen=True, slots=True)
-class SpecConfig:
-    types: tuple[str, ...] = ("ngram-mod",)  # empty: speculation off
-    ngram_mod: NgramModConfig = field(default_factory=NgramModConfig)
-    ngram_simple: NgramMapConfig = field(default_factory=NgramMapConfig)
-    ngram_map_k: NgramMapConfig = field(default_factory=NgramMapConfig)
-    ngram_map_k4v: NgramMapConfig = field(default_factory=NgramMapConfig)
-    ngram_cache: NgramCacheConfig = field(default_factory=NgramCacheConfig)
-    suffix: SuffixConfig = field(default_factory=SuffixConfig)
-    lookup_static: str = ""  # -lcs: read-only static n-gram cache file
-    lookup_dynamic: str = ""  # -lcd: dynamic n-gram cache file, loaded and saved
-    lookup_format: str = "llamacpp"  # format the dynamic cache is saved in: llamacpp | msgpack
-    mod_file: str = ""  # --spec-ngram-mod-file: persistent ngram-mod pool
-    suffix_file: str = ""  # --spec-suffix-file: persistent global structure of the suffix drafter
-    estimates_file: str = ""  # --spec-estimates-file: persistent drafter-wide acceptance estimates
-    ignore_bad_files: bool = False  # start with empty structures when a file cannot be read
-    save_interval_s: float = 300.0  # how often learned structures are saved (and at shutdown)
-    draft: DraftModelConfig = field(default_factory=DraftModelConfig)  # the draft model (draft-simple)
-    select: str = "expected"  # --spec-select: which drafter's draft wins a step (chain.py)
-    profile_dir: str = ""  # --spec-profile-dir: where verify-cost profiles are cached ("" = the user's cache)
-    recalibrate: bool = False  # --spec-recalibrate: measure the profile even if one is cached
-    oracle: bool = False  # --spec-oracle (benchmarks only): requests may carry speculative.oracle
-
-    def __post_init__(self) -> None:
-        for t in self.types:
-            if t not in RANK:
-                raise ValueError(f"unknown speculative type: {t}")
-        if DRAFT_MODEL in self.types and not self.draft.path:
-            raise ValueError(f"--spec-type {DRAFT_MODEL} needs a draft model (-md FNAME)")
-        if self.select not in SELECT_MODES:
-            raise ValueError(f"unknown --spec-select mode: {self.select} (known: {', '.join(SELECT_MODES)})")
-        if self.lookup_format not in ("llamacpp", "msgpack"):
-            raise ValueError(f"unknown lookup cache format: {self.lookup_format}")
-
-    @property
-    def n_max(self) -> int:
-        """Longest draft any configured drafter may propose."""
-        return max((self.draft.n_max if t == DRAFT_MODEL else BY_NAME[t].max_draft(BY_NAME[t].config(self))
-                    for t in self.types), default=0)
-
-    @property
-    def uses_draft_model(self) -> bool:
-        return DRAFT_MODEL in self.types
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +20,7 @@ class ServerConfig:
     spec: SpecConfig = field(default_factory=SpecConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     slot_save_path: str = ""  # --slot-save-path: directory for slot save/restore ("" = disabled)
-    spec_learning: str = "shared"  # who drafters learn from: shared | per-key | per-request (chains.py)
+    spec_learning: str = "shared"  # who drafters learn from: shared | per-key | per-request (learning_scopes.py)
     host: str = "127.0.0.1"
     port: int = 8080
     alias: str = ""

@@ -17,7 +17,6 @@ from typing import Callable
 
 from aiohttp import web
 
-from slotserver import kv_layout
 from slotserver.api.metrics import setup_metrics
 from slotserver.api.middleware import error_middleware, request_limit
 from slotserver.api.peers import connection_limits
@@ -25,19 +24,20 @@ from slotserver.api.routes import setup_routes
 from slotserver.api.security import Policy, cors_headers, security_middleware
 from slotserver.api.shutdown import HARD_EXIT_GRACE_S, save_learned
 from slotserver.api.state import STATE, State
-from slotserver.calibrate import load_or_measure, profile_dir
-from slotserver.chain import DraftChain
-from slotserver.chains import ChainSet
 from slotserver.config import ServerConfig
-from slotserver.draft_costs import PAY_MARGIN
-from slotserver.engine import Engine, EngineConfig
-from slotserver.fingerprint import vocab_info
-from slotserver.model_drafter import ModelDrafter, calibrate
-from slotserver.persist import Persistence
-from slotserver.runner import Runner, engine_thread
-from slotserver.service import CompletionService
+from slotserver.engine import kv_layout
+from slotserver.engine.calibrate import load_or_measure, profile_dir
+from slotserver.engine.engine import Engine, EngineConfig
+from slotserver.engine.fingerprint import vocab_info
+from slotserver.engine.verify_costs import VerifyProfile
+from slotserver.serving.runner import Runner, engine_thread
+from slotserver.serving.service import CompletionService
+from slotserver.speculation.chain import DraftChain
+from slotserver.speculation.draft_costs import PAY_MARGIN
+from slotserver.speculation.draft_model import ModelDrafter, calibrate
+from slotserver.speculation.learning_scopes import LearningScopes
+from slotserver.speculation.persistence import Persistence
 from slotserver.stats import ServerStats
-from slotserver.verify_costs import VerifyProfile
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ def _engine_ctx(on_fatal: Callable[[str], None]):
                 state.loaded.set()
                 on_fatal(state.load_error)
                 return
-            chains = ChainSet(chain, scope=config.spec_learning, spec=config.spec)
+            chains = LearningScopes(chain, scope=config.spec_learning, spec=config.spec)
             runner = Runner(engine, chain, n_parallel=config.engine.n_parallel, cache_prompt=config.cache_prompt,
                             stats=stats, persistence=persistence, on_fatal=on_fatal, limits=config.limits,
                             chains=chains, context_shift=config.context_shift, model_drafter=model_drafter,

@@ -16,9 +16,10 @@ from typing import Any, Callable
 from aiohttp import web
 
 from slotserver.api import logprobs
-from slotserver.job import Event, Job, TokenProbs
-from slotserver.request import CompletionRequest
-from slotserver.sampling import SamplingParams
+from slotserver.engine.token_probs import TokenProbs
+from slotserver.sampling.params import SamplingParams
+from slotserver.serving.job import Event, Job
+from slotserver.serving.request import CompletionRequest
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,8 +17,8 @@ from aiohttp import web
 
 from slotserver.api.bodies import BodyInfo, body_items, json_response_async, usage
 from slotserver.api.state import STATE, TENANT
-from slotserver.job import Event, Job
-from slotserver.service import CompletionService
+from slotserver.serving.job import Event, Job
+from slotserver.serving.service import CompletionService
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Sequence
 
-from slotserver.job import TokenProbs
+from slotserver.engine.token_probs import TokenProbs
 
 Piece = Callable[[int], bytes]  # token id -> its bytes
 LOG_ZERO = -3.4028234663852886e38  # llama-server's log(0): the lowest float32, since JSON has no -inf

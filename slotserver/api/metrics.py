@@ -27,11 +27,11 @@ from prometheus_client.utils import floatToGoString
 
 from slotserver.api.metrics_llamacpp import LlamaCppCollector
 from slotserver.api.state import METRICS, STATE, Metrics, State
-from slotserver.chain import DraftChain
-from slotserver.model_drafter import DraftModelStats
-from slotserver.runner import Runner
+from slotserver.engine.verify_costs import VerifyProfile
+from slotserver.serving.runner import Runner
+from slotserver.speculation.chain import DraftChain
+from slotserver.speculation.draft_model import DraftModelStats
 from slotserver.stats import FileStats, Histogram
-from slotserver.verify_costs import VerifyProfile
 
 P = "slotserver_"
 

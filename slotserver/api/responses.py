@@ -14,12 +14,11 @@ Streams send OpenAI's typed events (``event: <type>`` then ``data: {..., "type",
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from slotserver.api.bodies import BodyInfo
 from slotserver.errors import BadRequest
-from slotserver.job import Event, Job
+from slotserver.serving.job import Event, Job
 
 ROLES = ("user", "assistant", "system", "developer")
 TEXT_PARTS = ("input_text", "output_text", "text")

@@ -15,7 +15,7 @@ from slotserver.api.completion import Formatter, serve_job
 from slotserver.api.json_body import parse_json_body
 from slotserver.api.state import STATE, TENANT
 from slotserver.errors import BadRequest, Forbidden, NotSupported, Unavailable
-from slotserver.slot_files import ACTIONS, SlotFiles, check_filename
+from slotserver.serving.slot_files import ACTIONS, SlotFiles, check_filename
 
 NATIVE = Formatter(native_body, native_events, done_marker=False)
 

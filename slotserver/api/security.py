@@ -18,7 +18,7 @@ Three checks, in one middleware that runs before any other work on a request (be
   exempt ones (``EXEMPT_PATHS``; ``/metrics`` too with ``--metrics-no-auth``) and OPTIONS must show
   one configured key as ``Authorization: Bearer KEY`` or ``X-Api-Key: KEY``, else 401. A request
   with a valid key carries the key's id (``key-N``) as ``request[TENANT]``: ``--spec-learning
-  per-key`` keeps one draft chain per key (``slotserver/chains.py``).
+  per-key`` keeps one draft chain per key (``slotserver/speculation/learning_scopes.py``).
 * **Origins.** Any web page the user visits can POST ``text/plain`` to a server on localhost or the
   LAN: such a "simple" request needs no CORS preflight, so the browser sends it and the server would
   act on it (the page just cannot read the answer). Browsers put an ``Origin`` header on every such
@@ -366,7 +366,7 @@ def security_middleware(policy: Policy):
         if policy.key_digests:
             tenant = authorized(request.headers, policy.key_digests)
             if tenant is not None:
-                request[TENANT] = tenant  # whose learned drafter state the request uses (chains.py)
+                request[TENANT] = tenant  # whose learned drafter state the request uses (learning_scopes.py)
             elif needs_key(route_path(request), metrics_no_auth=policy.metrics_no_auth):
                 return refusal(401, INVALID_KEY, "authentication_error")
         return await handler(request)

@@ -5,7 +5,7 @@
 kill); in-flight requests get ``--shutdown-timeout`` seconds to finish. The CLI then lets aiohttp
 close the server, and the engine context saves again on the way out. Exit status 0.
 
-A stuck engine never holds the exit: one C call can run for minutes (``slotserver/watchdog.py``),
+A stuck engine never holds the exit: one C call can run for minutes (``slotserver/serving/watchdog.py``),
 and every save runs on the engine thread, behind it. So each save waits only while the engine is
 not stalled and at most a bound (``save_learned``). If the engine is stalled when the drain ends,
 ``State.engine_stuck`` says why: the engine context leaves the engine thread (and the model it is
@@ -28,7 +28,7 @@ from typing import NoReturn
 from aiohttp import web
 
 from slotserver.api.state import STATE
-from slotserver.runner import Runner
+from slotserver.serving.runner import Runner
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ from prometheus_client import CollectorRegistry
 
 from slotserver.config import ServerConfig
 from slotserver.errors import EngineStopped, ShuttingDown, Unavailable
-from slotserver.runner import Runner
-from slotserver.service import CompletionService
+from slotserver.serving.runner import Runner
+from slotserver.serving.service import CompletionService
 
 
 @dataclass(slots=True)
@@ -33,7 +33,7 @@ class State:
 
     def ready(self) -> Runner:
         """The runner, or 503 while loading, while shutting down, once the engine loop has stopped,
-        and while the engine is stalled in one step (``slotserver/watchdog.py``)."""
+        and while the engine is stalled in one step (``slotserver/serving/watchdog.py``)."""
         if self.runner is None:
             raise Unavailable(self.load_error or "Loading model")
         if self.runner.failure:

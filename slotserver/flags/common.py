@@ -11,7 +11,7 @@ from slotserver.flags.env import add_flag, add_pair
 from slotserver.flags.ignored import Ignored, add_ignored
 
 CPU_ONLY = "GPU offload: this server runs llama.cpp on the CPU only"
-EXTRA_BUFTS = "SLOTSERVER_EXTRA_BUFTS"  # slotserver/cpu_kernels.py ENV (not imported: it loads llama_cpp)
+EXTRA_BUFTS = "SLOTSERVER_EXTRA_BUFTS"  # slotserver/engine/cpu_kernels.py ENV (not imported: it loads llama_cpp)
 ROPE = "the model's own RoPE/YaRN settings are used (context extension is not supported)"
 LOG_FORMAT = "log lines have one plain format here: time, level, logger, message"
 IGNORED = (
@@ -115,6 +115,6 @@ def version_text() -> str:
 
 
 def apply_repack(args) -> None:
-    """--repack/--no-repack: set before any model loads; slotserver/cpu_kernels.py reads it."""
+    """--repack/--no-repack: set before any model loads; slotserver/engine/cpu_kernels.py reads it."""
     if getattr(args, "repack", None) is not None:
         os.environ[EXTRA_BUFTS] = "1" if args.repack else "0"

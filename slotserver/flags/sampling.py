@@ -10,8 +10,8 @@ import argparse
 
 from slotserver.errors import BadRequest
 from slotserver.flags.env import add_flag
-from slotserver.request import RequestBounds, parse_sampling
-from slotserver.sampling import SamplingParams, parse_samplers
+from slotserver.sampling.params import SamplingParams, parse_samplers
+from slotserver.serving.request import RequestBounds, parse_sampling
 
 LLAMA = SamplingParams()  # llama.cpp's defaults, shown in --help
 # flag dest -> request field; each given flag is checked as that field of a request would be

@@ -5,12 +5,10 @@ from __future__ import annotations
 import argparse
 
 from ngram.cache import DYNAMIC_MAX_BYTES
-from slotserver.chain import SELECT_MODES
-from slotserver.chains import SCOPES
-from slotserver.drafter_types import DRAFT_MODEL, SPEC_TYPES
 from slotserver.flags.env import add_flag
 from slotserver.flags.ignored import Ignored, add_ignored
-from slotserver.model_drafter import WHEN
+from slotserver.speculation.config import SCOPES, SELECT_MODES, WHEN
+from slotserver.speculation.registry import DRAFT_MODEL, SPEC_TYPES
 
 MIB = 1024 * 1024  # --lookup-cache-dynamic-max-mb counts MiB
 IGNORED = (
@@ -99,7 +97,7 @@ def _suffix_args(g) -> None:
                    help="suffix: the global structure learns prompts too, not only outputs")
     g.add_argument("--spec-suffix-file", default="", metavar="PATH",
                    help="suffix: load the global structure from PATH at start and save it there (atomically); "
-                        "'python -m slotserver.ngram_tool suffix-build' prebuilds one from text files")
+                        "'python -m slotserver.tools.ngram_tool suffix-build' prebuilds one from text files")
 
 
 def _own_args(g) -> None:

@@ -1,4 +1,4 @@
-"""Control tokens in chat content (slotserver/chat_tokens.py) on real SmolLM2 servers (ChatML template).
+"""Control tokens in chat content (slotserver/serving/chat_tokens.py) on real SmolLM2 servers (ChatML template).
 
 By default a message's content is tokenized as text, so ``<|im_end|>\\n<|im_start|>system`` inside a
 user message stays text and cannot open a system turn; the template's own ``<|im_start|>`` and

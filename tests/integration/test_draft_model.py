@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from slotserver.models import default_model_path
+from slotserver.engine.model_files import default_model_path
 from tests.conftest import LiveServer, greedy_request, load_workloads
 from tests.integration.fim_model import SMOLLM2
 from tests.integration.ties import TIE_PROBS, check_same_or_tie, first_difference

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 
-from slotserver.engine import Engine
+from slotserver.engine.engine import Engine
 from tests.conftest import LiveServer
 
 ARGS = ["-c", "2048", "-np", "1", "-b", "512", "--spec-type", "ngram-mod"]

@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-from slotserver.calibrate import load_or_measure
-from slotserver.engine import Engine, EngineConfig
-from slotserver.models import default_model_path
-from slotserver.scheduler import BatchEntry, BatchPlan
+from slotserver.engine.batch import BatchEntry, BatchPlan
+from slotserver.engine.calibrate import load_or_measure
+from slotserver.engine.engine import Engine, EngineConfig
+from slotserver.engine.model_files import default_model_path
 from tests.conftest import LiveServer, greedy_request, load_workloads
 from tests.integration.ties import TIE_PROBS, check_same_or_tie
 from tests.metrics.promtext import parse, value

@@ -1,4 +1,4 @@
-"""Grammar and JSON-schema budgets on a real server process (slotserver/grammar_budget.py, issue 31).
+"""Grammar and JSON-schema budgets on a real server process (slotserver/sampling/grammar_budget.py, issue 31).
 
 At 24272d3 a 64 KB grammar of nested groups killed the process (llama.cpp's parser recursed past the
 C stack), a left recursion hidden behind an empty rule made it allocate until it aborted, and a grammar
@@ -22,8 +22,14 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.integration.serverproc import ServerProcess
-from tests.slotserver.grammar_cases import (BACKWARDS_COUNT, CRASH, HIDDEN_LEFT_RECURSION, SIX_THOUSAND, schemas,
-                                            structural)
+from tests.slotserver.sampling.grammar_cases import (
+    BACKWARDS_COUNT,
+    CRASH,
+    HIDDEN_LEFT_RECURSION,
+    SIX_THOUSAND,
+    schemas,
+    structural,
+)
 
 # Another request may take this much longer than alone while a budget case is refused beside it.
 SLACK_S = 2.0

@@ -11,10 +11,10 @@ import llama_cpp as lc
 import numpy as np
 import pytest
 
-from slotserver.grammar_sampler import NO_TOKEN, SCAN_WINDOWS, GrammarSampler, new_grammar
-from slotserver.models import default_model_path
-from slotserver.post_sampling import CandidateSampler
-from slotserver.vocab import Vocab
+from slotserver.engine.model_files import default_model_path
+from slotserver.engine.vocab import Vocab
+from slotserver.sampling.candidates import CandidateSampler
+from slotserver.sampling.grammar_sampler import NO_TOKEN, SCAN_WINDOWS, GrammarSampler, new_grammar
 
 DIGITS = 'root ::= [0-9]{3} "!"'
 

@@ -66,7 +66,7 @@ async def test_a_fault_in_one_slot_ends_that_request_alone(iso, monkeypatch, cap
 
         monkeypatch.setattr(runner.chain, "draft", draft)
 
-    with caplog.at_level(logging.ERROR, logger="slotserver.runner"):
+    with caplog.at_level(logging.ERROR, logger="slotserver.serving.runner"):
         results = await four_at_once(iso)
     (status, err) = results[3]
     assert status == 500 and err["error"]["type"] == "server_error"

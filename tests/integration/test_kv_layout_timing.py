@@ -1,11 +1,11 @@
 """The KV layout timing with the real model: both layouts are opened and every step timed, and the
-verdict opens an engine (the rule itself is tests/slotserver/test_kv_layout.py)."""
+verdict opens an engine (the rule itself is tests/slotserver/engine/test_kv_layout.py)."""
 
 from __future__ import annotations
 
-from slotserver.engine import Engine, EngineConfig
-from slotserver.kv_layout import patterns, resolve, time_steps
-from slotserver.models import default_model_path
+from slotserver.engine.engine import Engine, EngineConfig
+from slotserver.engine.kv_layout import patterns, resolve, time_steps
+from slotserver.engine.model_files import default_model_path
 
 
 def test_both_layouts_time_every_step_and_the_verdict_serves(tmp_path):

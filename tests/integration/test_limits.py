@@ -29,7 +29,7 @@ def greedy(prompt: str, n_predict: int, **extra) -> dict:
 async def test_two_prompts_that_cannot_share_the_cache_run_one_after_the_other(small, caplog):
     _, tok = await small.post("/tokenize", {"content": LONG_PROMPT})
     assert 500 < len(tok["tokens"]) < 1024 - 256  # each fits alone with room to generate; not both
-    with caplog.at_level(logging.WARNING, logger="slotserver.runner"):
+    with caplog.at_level(logging.WARNING, logger="slotserver.serving.runner"):
         outs = await asyncio.gather(*(small.post("/completion", greedy(LONG_PROMPT + f" Part {i}.", 64))
                                       for i in range(2)))
     assert [s for s, _ in outs] == [200, 200]

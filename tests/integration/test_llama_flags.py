@@ -12,7 +12,7 @@ import json
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from slotserver.models import default_model_path
+from slotserver.engine.model_files import default_model_path
 from tests.integration.serverproc import ServerProcess
 
 REPEAT = "Repeat this sentence 10 times: This is a test prompt.\n"

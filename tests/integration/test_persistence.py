@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from slotserver.persist import StartupFileError
+from slotserver.speculation.persistence import StartupFileError
 from tests.conftest import LiveServer, greedy_request, load_workloads
 
 SMALL = ["-c", "2048", "-np", "1"]

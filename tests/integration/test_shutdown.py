@@ -9,8 +9,8 @@ import signal
 import aiohttp
 
 from ngram.poolfile import load_pool
-from slotserver.fingerprint import vocab_fingerprint
-from slotserver.models import default_model_path
+from slotserver.engine.fingerprint import vocab_fingerprint
+from slotserver.engine.model_files import default_model_path
 from tests.integration.serverproc import ServerProcess
 
 N_PREDICT = 96

@@ -7,7 +7,7 @@ the streams' 256 cells a slot, and "failed to find a memory slot"), and ``-c 256
 profile of one row count (every verified row as dear as a whole step); a measurement that failed
 stopped the start. Each server gets its own
 ``--spec-profile-dir``, so nothing is cached between them and every measurement really runs. The
-sizing rules themselves are tests/slotserver/test_measure_sizes.py.
+sizing rules themselves are tests/slotserver/engine/test_measure_sizes.py.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from slotserver import calibrate, kv_layout
+from slotserver.engine import calibrate, kv_layout
 from tests.conftest import LiveServer
 from tests.integration.fim_model import SMOLLM2
 from tests.integration.serverproc import ServerProcess

@@ -82,7 +82,7 @@ def test_a_long_step_turns_health_and_new_requests_to_503_until_it_returns():
         assert srv.post_json("/completion", SHORT)[0] == 200
         assert metric(srv, "slotserver_engine_stalled") == 0 and metric(srv, "slotserver_engine_stalls_total") == 1
         log = srv.output()
-        stalls = [line for line in log.splitlines() if " ERROR slotserver.watchdog: " in line]
+        stalls = [line for line in log.splitlines() if " ERROR slotserver.serving.watchdog: " in line]
         assert len(stalls) == 1 and "until it returns" in stalls[0], log  # one line per incident
         assert "the engine recovered after" in log
         srv.proc.send_signal(signal.SIGTERM)  # a recovered server drains as usual

@@ -3,12 +3,12 @@
 import random
 
 import pytest
+from reference_impl import RefMap
 
 from ngram.map_k import NgramMapK, NgramMapK4v
 from ngram.map_state import MAX_VALUE_COUNT, MapState, NgramMapConfig, _count_up
 from ngram.simple import NgramSimple
 from ngram.windows import window_hash32
-from reference_impl import RefMap
 
 
 def cfg(n=2, m=2, min_hits=1):

@@ -12,9 +12,9 @@ from ngram.mod import (
     TAG_COLD,
     TAG_COLD_SHORT,
     TAG_POOL,
-    cold_lengths,
     NgramMod,
     NgramModConfig,
+    cold_lengths,
 )
 from tests.ngram.reference_impl import short_match_draft
 

@@ -2,9 +2,10 @@
 
 import random
 
+from reference_impl import simple_draft
+
 from ngram.map_state import NgramMapConfig
 from ngram.simple import NgramSimple
-from reference_impl import simple_draft
 
 
 def drafter(n=2, m=2):

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ngram.suffix import TAG_GLOBAL, TAG_LOCAL, SuffixConfig, SuffixDrafter
 from ngram import suffix_index
+from ngram.suffix import TAG_GLOBAL, TAG_LOCAL, SuffixConfig, SuffixDrafter
 from ngram.suffix_local import LocalIndex
 from ngram.suffix_store import EVICT_TO, SuffixStore
 from ngram.suffix_walk import walk

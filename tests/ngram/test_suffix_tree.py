@@ -7,8 +7,16 @@ from ngram.suffix import SuffixConfig, SuffixDrafter
 from ngram.suffix_local import LocalIndex
 from ngram.suffix_tree import TokenTree, build
 from tests.ngram import suffix_reference as ref
-from tests.ngram.test_suffix import (SETTINGS, continuing, encode_context, filled_store, knobs, request_lists,
-                                     tokens_small, tokens_wide)
+from tests.ngram.test_suffix import (
+    SETTINGS,
+    continuing,
+    encode_context,
+    filled_store,
+    knobs,
+    request_lists,
+    tokens_small,
+    tokens_wide,
+)
 
 tree_knobs = st.tuples(
     st.integers(0, 5),  # n_extra

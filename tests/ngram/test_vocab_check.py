@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from ngram.cache_data import NgramCache, make_ngram
-from ngram.cachefile import MAGIC, FORMAT_MSGPACK, encode_llamacpp, load_cache, save_cache
+from ngram.cachefile import FORMAT_MSGPACK, MAGIC, encode_llamacpp, load_cache, save_cache
 from ngram.fileio import CacheFileError
 from ngram.pool import EMPTY, HashPool
 from ngram.poolfile import load_pool, save_pool

@@ -1,0 +1,1 @@
+"""The HTTP benchmark harness (``python -m benchmarks.bench.run``): workloads, plans, reports, charts."""
