@@ -7,7 +7,9 @@ RNG advances once per emitted token (twice where a grammar rejected the first pi
 so output is the same at any temperature. A grammar advances only by sampled tokens, so a rejected
 draft token never reaches it (``grammar_sampler``).
 
-Each method returns the events it produced (``Outbox``); the runner delivers them.
+The applier writes a slot's tokens (``cache``, ``pending``, ``sampled``); its state changes only
+through the lifecycle (``SlotLifecycle.start_generating`` once the prompt is in, ``release`` at a
+stop). Each method returns the events it produced (``Outbox``); the runner delivers them.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from slotserver.engine.engine import Engine
 from slotserver.sampling.grammar_sampler import NO_TOKEN
 from slotserver.serving.job import Event, Job, Outbox
 from slotserver.serving.lifecycle import SlotLifecycle
-from slotserver.serving.slots import Slot, SlotState
+from slotserver.serving.slots import Slot
 from slotserver.stats import ServerStats
 
 
@@ -49,8 +51,7 @@ class Applier:
         self.stats.t_prompt_s += job.t_prompt_end - job.t_prompt_start
         if not entry.ends_prompt or job.request.n_predict == 0:
             return out + [self.lifecycle.release(slot, "limit")]
-        slot.state = SlotState.GENERATING
-        slot.chain.begin(slot.id, slot.cache)
+        self.lifecycle.start_generating(slot)
         token = self._sample(slot, rows[0])
         self.stats.ttft_s.observe(time.perf_counter() - job.t_queued)
         return out + self._emit(slot, [token])

@@ -1,9 +1,25 @@
-"""A slot's lifecycle: start a job on it (prefix reuse, sampler) and release it (final event, idle).
+"""A slot's lifecycle: every change of a slot's state, and the start and end of its speculation.
 
-The only code that gives a slot a job or takes it away, so the rules live in one place: a started
-slot holds a sampler chain (and a grammar sampler if the request has a grammar) and pending prompt
-tokens; a released slot holds none of them, and keeps the tokens whose KV entries it still has (for
-prefix reuse by a later request). Engine thread only.
+The one owner of ``Slot.state`` and of the slot's job, sampler, grammar and draft chain: no other
+module assigns them, so the rules live in one place. The transitions, and who calls each:
+
+- IDLE -> PREFILL, ``start``: the runner admits a waiting job (``Runner._admit``). The slot gets
+  the job, a sampler chain (and a grammar sampler if the request has a grammar), its tenant's draft
+  chain and the prompt tokens its cache does not hold yet (``pending``).
+- PREFILL -> GENERATING, ``start_generating``: the applier decoded the prompt's last chunk and the
+  request wants tokens (``Applier._prefill``). The slot's drafters begin on the prompt
+  (``DraftChain.begin``).
+- GENERATING -> GENERATING, ``shift_context``: the runner found the slot's context full under
+  ``--context-shift`` (``Runner._full``); old tokens go and the drafters begin again on what is left.
+- any -> IDLE, ``release``: the applier saw a stop (end of generation, stop word, limit, the
+  grammar's end, a prompt that took too long or asked for no tokens), or the runner ended the job
+  (cancel, deadline, a full context that cannot shift, a failure). A generating slot's drafters
+  learn the finished request (``DraftChain.finish``); the released slot holds no job, sampler,
+  grammar or chain, and keeps the tokens whose KV entries it still has (for prefix reuse by a
+  later request).
+
+The applier writes the slot's tokens (``cache``, ``pending``, ``sampled``) as it decodes, and a
+slot restore (``slot_files.py``) an idle slot's ``cache``; neither changes its state. Engine thread only.
 
 It is also the one owner of whose prompts a slot's cache holds (``Slot.kv_owner``, the tenant of
 ``LearningScopes.kv_owner``: "" for everyone under ``--spec-learning shared``, else an API key or one
@@ -78,6 +94,13 @@ class SlotLifecycle:
         self.stats.n_prompt_tokens_cached += n_keep
         self.stats.n_prompt_cache_hits += n_keep > 0
 
+    def start_generating(self, slot: Slot) -> None:
+        """PREFILL -> GENERATING: the prompt is in the KV cache and the first token is about to be
+        sampled; the slot's drafters begin on the prompt."""
+        assert slot.state is SlotState.PREFILL
+        slot.state = SlotState.GENERATING
+        slot.chain.begin(slot.id, slot.cache)
+
     def _share(self, slot: Slot, source: Slot, prompt: list[int], n_own: int) -> int:
         """Share ``source``'s KV entries of the prompt with ``slot`` if that covers more than the
         slot's own ``n_own`` cached tokens; returns how many prompt tokens the slot now holds."""
@@ -150,8 +173,8 @@ class SlotLifecycle:
         self._count(job, len(slot.cache))
         if not self.engine.config.streams and not (self.cache_prompt and job.request.cache_prompt):
             # In one cache every decode's attention walks every slot's cells, an idle slot's too
-            # (Gemma 3, the benchmark's one-stream sequence: 5.8% slower than streams, 1.6% after
-            # this). This request's cells were not to be kept, so they go now, not at the slot's reuse.
+            # (measured: docs/measurements.md). This request's cells were not to be kept, so they
+            # go now, not at the slot's reuse.
             self.forget(slot)
         return job, event
 

@@ -1,4 +1,9 @@
-"""Slot state: one sequence id in the shared context, the tokens its KV holds, and its current job."""
+"""Slot state: one sequence id in the shared context, the tokens its KV holds, and its current job.
+
+A slot is data: ``SlotLifecycle`` (lifecycle.py) is the one writer of its state, job, sampler,
+grammar, chain and KV owner; the applier writes its tokens as it decodes (apply_rows.py), and a
+slot restore an idle slot's cache (slot_files.py).
+"""
 
 from __future__ import annotations
 
@@ -22,7 +27,7 @@ class Slot:
     # The tenant whose prompts ``cache`` holds (``LearningScopes.kv_owner``; "" when the cache is shared):
     # only its requests reuse the cache. Set by ``SlotLifecycle.start``, its only writer.
     kv_owner: str = ""
-    state: SlotState = SlotState.IDLE
+    state: SlotState = SlotState.IDLE  # written by SlotLifecycle only (its docstring: the transitions)
     job: Job | None = None
     sampler: object = None  # llama sampler chain of the current job (engine-owned pointer)
     grammar: object = None  # llama grammar sampler of the current job, if it has a grammar (engine-owned pointer)
