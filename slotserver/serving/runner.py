@@ -59,10 +59,10 @@ log = logging.getLogger(__name__)
 def engine_thread() -> ThreadPoolExecutor:
     """The single worker every llama.cpp decode of a server runs on. llama.cpp's CPU backend
     (built with OpenMP here) keeps a team of worker threads per calling thread: while two threads
-    that decoded are alive, every decode on either takes 60% longer (Gemma 3, one row, 2 cores:
-    33.4-33.9 ms against 21.0, ``benchmarks/decode_threads.py``). The verify-cost calibration used to
-    run in a worker of the default executor, which stays alive, so a server that measured its
-    profile at start served at that speed until restarted (``tests/integration/test_engine_thread.py``)."""
+    that decoded are alive, every decode on either is much slower (``benchmarks/decode_threads.py``;
+    figures in docs/measurements.md). The verify-cost calibration used to run in a worker of the
+    default executor, which stays alive, so a server that measured its profile at start served at
+    that speed until restarted (``tests/integration/test_engine_thread.py``)."""
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
 
 
@@ -193,8 +193,8 @@ class Runner:
     def _steps(self, loop: asyncio.AbstractEventLoop) -> None:
         """Steps back to back while there is work, for at most ``TURN_S`` (other engine-thread jobs,
         ``on_engine_thread``, wait meanwhile); each step's events go to the event loop as it ends.
-        A round trip through the event loop between steps left the engine idle 0.2 ms a step
-        (SmolLM2: 3.5% of a 6.3 ms step), which llama-server does not pay."""
+        A round trip through the event loop between steps left the engine idle between decodes
+        (docs/measurements.md), which llama-server does not pay."""
         t_end = time.perf_counter() + TURN_S
         while True:
             outbox = self._watched(self._step)
