@@ -9,7 +9,7 @@ A stuck engine never holds the exit: one C call can run for minutes (``slotserve
 and every save runs on the engine thread, behind it. So each save waits only while the engine is
 not stalled and at most a bound (``save_learned``). If the engine is stalled when the drain ends,
 ``State.engine_stuck`` says why: the engine context leaves the engine thread (and the model it is
-using) behind, background writes already under way finish, and the CLI exits ``EXIT_STUCK``
+using) behind (``serving/build.py``, ``Build.close``), background writes already under way finish, and the CLI exits ``EXIT_STUCK``
 without waiting for the thread (``exit_now``). Saving the drafters from another thread is not safe
 (they belong to the engine thread, which may be changing them), so that state is not saved. And
 whatever else may hang, the CLI's hard-exit timer (``start_exit_timer``, started with the drain)

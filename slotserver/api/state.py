@@ -18,7 +18,8 @@ from slotserver.serving.service import CompletionService
 class State:
     """Set up by the app's engine context; ``runner`` and ``service`` are None while the model loads.
 
-    Event-loop owned: handlers read it; only the engine context (``app.py``) assigns its fields.
+    Event-loop owned: handlers read it; only the engine context (``app.py``, which gets ``runner`` and
+    ``service`` from ``serving/build.py``) and the drain (``shutdown.py``) assign its fields.
     """
 
     config: ServerConfig
