@@ -120,7 +120,7 @@ class NgramCache:
     def copy(self) -> "NgramCache":
         """An independent plain copy (e.g. a snapshot to save on another thread)."""
         parts = self.parts
-        return NgramCache(dict(zip(parts.keys(), map(dict.copy, parts.values()))))  # ~40% faster than merge
+        return NgramCache(dict(zip(parts.keys(), map(dict.copy, parts.values()))))  # faster than merge
 
     def merge(self, other: "NgramCache") -> None:
         """``common_ngram_cache_merge``: add every count of ``other`` into this cache."""

@@ -7,8 +7,8 @@ own history: when the pool has no draft, a repeat of the last ``n_match_cold`` t
 slot's history gives one, so a cold pool or a short answer still drafts its own repetitions. Failing
 that, a repeat of the last ``n_match_cold // 2`` (at least 2) does, tagged apart (``TAG_COLD_SHORT``)
 so that the chain learns how far such shorter matches are right and the selection verifies them only
-as far as they pay: the answer that copies a sentence of its prompt (Gemma 3's ``repeat``, cold)
-drafts after 4 tokens instead of 8 (offline replay: 85% -> 89% of the oracle; code_edit 74% -> 81%).
+as far as they pay: an answer that copies a sentence of its prompt drafts, cold, after 4 tokens
+instead of 8 (what that gained in an offline replay: docs/measurements.md).
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ SEP_BYTES = SEP.to_bytes(VALUE_BYTES, "big")
 FIRST_TOKEN = (SEP + 1).to_bytes(VALUE_BYTES, "big")  # the smallest value that is a token
 CACHE_CHILDREN = 1 << 18  # children of long ranges kept at most (24 bytes each): see cache_children
 # New starts go in one by one while (new starts) x (indexed starts) stays within this many moved
-# entries; beyond, one numpy merge (about 150 µs of fixed cost, then linear) is cheaper.
+# entries; beyond, one numpy merge (a fixed cost, then linear: docs/measurements.md) is cheaper.
 ONE_BY_ONE_MOVES = 1 << 20
 
 

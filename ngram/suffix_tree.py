@@ -11,7 +11,7 @@ estimate as the draft's: child count over parent count, multiplied along the pat
 decided it did not pay. Since an estimate never grows along a path, the best-first nodes are
 exactly the ``n_extra`` best candidates; ties go to the shallower node, then the smaller tokens.
 
-Measured on this CPU and not used by the server: docs/benchmarks.md, "Tree verification: measured,
+Not used by the server: measured and not shipped, docs/benchmarks.md, "Tree verification: measured,
 not shipped" (``benchmarks/suffix_tree.py``).
 """
 

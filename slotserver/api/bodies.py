@@ -30,8 +30,9 @@ class BodyInfo:
 
 
 # Generated tokens plus reported candidates above which a completion body is built and serialised
-# in a worker thread: 65,536 candidates take ~0.2 s (request.N_PROBS_BUDGET allows 4x), which on the event
-# loop would stall every other request's stream, /health and /metrics for that long.
+# in a worker thread: a body of 65,536 candidates takes a good part of a second to build
+# (docs/measurements.md; request.N_PROBS_BUDGET allows 4x), which on the event loop would stall every
+# other request's stream, /health and /metrics for that long.
 BIG_BODY_ITEMS = 4096
 
 

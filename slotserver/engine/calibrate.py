@@ -9,7 +9,7 @@ cells allocated.
 What is measured is sized to what the batch and a slot hold (``sizes``): a small context or batch
 measures fewer row counts, at a shallower depth, and keys its profile by that sizing (a profile cut
 short never serves a larger context). A measurement that fails anyway only logs a warning at start-up
-(``api/app.py``: drafts are then verified whole, as llama.cpp does) and nothing is cached.
+(``serving/build.py``: drafts are then verified whole, as llama.cpp does) and nothing is cached.
 
 The cache is one JSON file per key under ``--spec-profile-dir`` (default ``$XDG_CACHE_HOME/slotserver``
 or ``~/.cache/slotserver``), written atomically; a file that does not parse is measured over.
@@ -39,10 +39,9 @@ DEPTH = 256  # cached tokens before each timed decode: a typical prompt
 DEEP = 1024  # a second depth, for the attention term
 # Every row count up to a 64-token draft's 65 rows, not a sample of them: ggml's CPU matrix kernels
 # (with weight repacking) take the rows four at a time and each row left over costs almost a
-# one-row decode. Gemma 3 here: 4 rows 30.3 ms, 5 rows 43.6, 8 rows 38.8; 16 rows 53.0, 17 rows
-# 66.2; 64 rows 161.0, 65 rows 184.2 (SmolLM2: 64 rows 154.8, 65 rows 165.7). The sampled table
-# (1-6, 8, 12, 16, 24, 32, 48, 64) interpolated 65 rows at 162 ms, so a 64-token draft looked
-# cheaper per token than a 63-token one and the selection verified 65 rows.
+# one-row decode (figures: docs/measurements.md). A sampled table (1-6, 8, 12, 16, 24, 32, 48, 64)
+# interpolated 65 rows at about the 64-row time, so a 64-token draft looked cheaper per token than a
+# 63-token one and the selection verified 65 rows.
 ROWS = tuple(range(1, 66))
 PROGRESS_EVERY = 8  # row counts between two progress lines
 N_SEQS = 4  # the per-sequence term: this many sequences of one row against one of this many rows
@@ -92,8 +91,8 @@ def time_decode(engine: Engine, n_rows: int, n_seq: int, repeats: int, depth: in
     """Seconds of one decode of ``n_rows`` output rows in each of ``n_seq`` sequences (ids from
     ``seq0``) after ``depth`` cached tokens each (fewer if the sequence has no room for them): the
     fastest of ``repeats`` runs after a warm-up (``warm``: not needed once a larger decode has run),
-    since whatever else runs on the machine only ever adds time (one busy moment made a 32-row
-    decode cost 1.2 s instead of 0.2 s). Leaves the sequences empty."""
+    since whatever else runs on the machine only ever adds time (one busy moment can make a decode
+    several times slower: docs/measurements.md). Leaves the sequences empty."""
     token = filler(engine)
     seqs = range(seq0, seq0 + n_seq)
     room = min(engine.n_ctx // n_seq, engine.n_ctx_slot)  # cells per sequence (a slot's stream without -kvu)

@@ -5,8 +5,8 @@ with kernels for them. On a CPU with Intel AMX (Sapphire Rapids and later), llam
 default source build (``GGML_NATIVE``) compiles the AMX kernels in, and with them the vendored
 llama.cpp of llama-cpp-python 0.3.36 crashes (SIGSEGV) in the first ``llama_decode`` of more than
 one row of Gemma 3's Q4_K weights: a prompt of 16 tokens is enough. Loading the model without
-extra buffer types keeps the plain CPU kernels, which are correct (and on that machine
-measured 21 ms for one row, 45 ms for 8 rows after 256 cached tokens).
+extra buffer types keeps the plain CPU kernels, which are correct (their timings on that machine:
+docs/measurements.md).
 
 So: extra buffer types stay on (the default, weight repacking for AVX2 and ARM) unless the
 loaded ggml CPU backend reports AMX support. ``SLOTSERVER_EXTRA_BUFTS=1`` or ``=0`` overrides it.

@@ -10,10 +10,9 @@ share); the layouts differ in cost only, and which is cheaper depends on the mod
 - **One cache**: every step is one graph, but every row's attention walks every slot's cells
   (masked), those of idle slots that keep a cached prompt too.
 
-Measured side by side (this machine, 4 streams of 8 mixed requests, the whole drafter chain, two
-rounds): Gemma 3 270M, whose steps are mostly weight reads and the output projection, ran at
-160.7 / 175.9 t/s with streams and 195.7 / 230.8 in one cache; SmolLM2-135M, whose attention is a
-larger share, at 186.1 / 202.3 with streams and 147.7 / 161.7 in one cache. So with
+Measured side by side, a model whose steps are mostly weight reads and the output projection
+(Gemma 3 270M) served 4 streams faster in one cache, and one whose attention is a larger share
+(SmolLM2-135M) faster with streams (figures: docs/measurements.md). So with
 ``--kv-streams auto`` (the default) a server that speculates on several slots times both layouts at
 start-up, on the steps speculation makes (``patterns``), and keeps streams unless one cache is at
 least ``MARGIN`` faster (``ratio``). The answer is cached beside the verify-cost profile. The timed
@@ -51,8 +50,8 @@ def patterns(n_slots: int, n_batch: int) -> list[tuple[int, ...]]:
     """Rows per slot of the steps timed: every slot plain, one slot verifying a draft of 8 or 16
     beside plain rows, two drafts of different lengths, and one slot alone (the others idle, their
     cells cached) plain, with a short draft and with the longest. One cache makes the last three
-    slower (Gemma 3: +1-3%, +1-5% and +11-16%; SmolLM2: +4%, +11%, +10%) and the first four faster
-    (Gemma 3: 30-45% on the drafting steps; SmolLM2: 0-7%); ``prefer_streams`` weighs them.
+    slower and the first four faster, by how much depends on the model (docs/measurements.md);
+    ``prefer_streams`` weighs them.
 
     ``n_batch`` is the most rows one timed decode may hold (``row_cap``): a draft is cut so that
     its step fits (``-b 16`` at 4 slots verifies at most 13 rows beside three plain ones), the
@@ -99,7 +98,7 @@ def time_steps(config: EngineConfig, depth: int | None = None, repeats: int = RE
     fastest of ``repeats`` runs, every slot holding ``depth`` cached tokens (default: ``DEPTH_SHARE``
     of its cells, at most ``DEPTH_MAX``; either way no more than ``sizes`` allows). Both engines
     stay loaded and take turns run by run, so a change in the machine's speed meets both alike
-    (one after the other, SmolLM2's verdict flipped between two measurements). Raises
+    (timed one after the other, a model's verdict flipped between two measurements). Raises
     ``ValueError`` where no timing fits (``sizes``)."""
     engines = []
     try:

@@ -1,13 +1,13 @@
 """What one step of the target costs: the verify-cost profile, measured on this machine.
 
 Verifying a draft of k tokens puts k+1 rows into the step's ``llama_decode``, each an output row,
-and with a large vocabulary the output projection is most of a row's cost (Gemma 3, 262k tokens:
-64 output rows cost 2.7x what 64 prompt rows cost). Whether a draft pays therefore depends on this
+and with a large vocabulary the output projection is most of a row's cost (figures:
+docs/measurements.md). Whether a draft pays therefore depends on this
 CPU, this model and these settings, not on a rule of thumb, so ``calibrate.py`` measures it:
 
 - ``t_rows_s[i]``: one sequence, ``rows[i]`` output rows, after ``depth`` cached tokens. Not linear
   and not even monotonic: ggml's CPU kernels take the rows four at a time and a row left over costs
-  almost a one-row decode (Gemma 3: 16 rows 53 ms, 17 rows 66 ms), so ``calibrate`` measures every
+  almost a one-row decode (docs/measurements.md), so ``calibrate`` measures every
   row count up to 65 and the selection sees the saw-tooth. Between measured row counts (a table of
   an older format, or a test's) it is read by linear interpolation; beyond the last it repeats the
   last ``PERIOD`` rows' pattern, each period dearer by what the last period cost;
@@ -59,8 +59,8 @@ class VerifyProfile:
         their share of the interpolation, one beyond the table moves the last. Without that, a
         draft cap of 64 verifies 65 rows, which no measured row count matched: the 64-row time
         stayed at its idle start-up figure while the machine slowed, every 48-row time followed
-        it, and 64 looked cheaper per token than it was (one run chose 65 rows at 300-340 ms over
-        48 at 205-227 ms)."""
+        it, and 64 looked cheaper per token than it was: a run chose 65 rows over 48 although 65
+        cost more per token (docs/measurements.md)."""
         t = seconds - self.t_depth_row_s * depth_rows
         predicted = self.t_out(n_rows)
         if t <= 0 or predicted <= 0:

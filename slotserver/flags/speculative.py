@@ -135,4 +135,4 @@ def _selection_args(g) -> None:
     g.add_argument("--spec-recalibrate", action="store_true",
                    help="slotserver: measure the verify-cost profile at start-up even if one is cached "
                         "('slotserver calibrate' measures and prints it)")
-    g.add_argument("--spec-oracle", action="store_true", help=argparse.SUPPRESS)  # benchmarks only: bench.py
+    g.add_argument("--spec-oracle", action="store_true", help=argparse.SUPPRESS)  # benchmarks only: benchmarks/bench

@@ -5,10 +5,11 @@ overflow the C stack and kill the process); a count ``{5,2}`` makes it write 2^6
 runs out); a left recursion hidden behind a rule that matches nothing (``a ::= b``, ``b ::=``) is not
 detected and makes it build ever longer parse stacks until it aborts; and when a grammar is applied
 to the candidates (the slow path of ``grammar_sampler``), every live parse stack is walked for every
-one of Gemma's 262k tokens, on the engine thread that every slot waits for: 6,000 alternatives cost
-12 s per token. So this reads the text as llama.cpp's parser does (``llama-grammar.cpp``: the same
-syntax, the same rewriting of ``x*``, ``x+``, ``x?`` and ``x{m,n}`` into rules, the same rule ids),
-without recursion (``gbnf_reader``), and refuses, as a BadRequest naming the field and the limit:
+one of the vocabulary's tokens (Gemma's 262k), on the engine thread that every slot waits for:
+thousands of alternatives cost seconds per token (docs/measurements.md). So this reads the text as
+llama.cpp's parser does (``llama-grammar.cpp``: the same syntax, the same rewriting of ``x*``, ``x+``,
+``x?`` and ``x{m,n}`` into rules, the same rule ids), without recursion (``gbnf_reader``), and
+refuses, as a BadRequest naming the field and the limit:
 
 - groups nested deeper than ``MAX_GROUP_DEPTH``;
 - more than ``MAX_ELEMENTS`` grammar elements written out (a repetition copies what it repeats: a
@@ -21,20 +22,19 @@ without recursion (``gbnf_reader``), and refuses, as a BadRequest naming the fie
   the start and after each character (alternatives add up; an element that can match nothing adds
   what follows it; the end of a rule adds what follows it in its callers), each weighted by what
   walking it costs; and stacks that would multiply with the text (``t ::= "a" t*``: each pending
-  ``t*`` is a stack of its own; after 50 characters one pass costs 0.18 s, and reading 200 then
-  making 5 passes did not end within 5 minutes);
+  ``t*`` is a stack of its own, so a pass costs more with every character read, without bound:
+  docs/measurements.md);
 - what llama.cpp refuses only after work (counts over 2,000, a largest count below the smallest).
 
-Stack weights, measured on this project's 2-core machine with Gemma 3 (thread CPU time of one
-whole-vocabulary pass, 32 alternatives of one shape; ``benchmarks/grammar_budget_cost.py``): a stack
-whose next character is one fixed character costs 0.6-2.9 ms (weight 1); one whose next element is a
-space (most tokens start with one), a class, ``.`` or a negated class followed by more of them costs
-up to 21 ms (weight 8), plus 0.09 ms per class element (1 per 32). At ``MAX_STACK_WEIGHT`` (200) a
-pass costs 0.41-0.53 s (200 letters, 200 quotes, 25 ``. . . .``, 25 ``[^"]`` runs). Typical schema
-grammars stay well inside: any JSON value weighs 32, 40 optional properties 49, an enum of 100
-values 100 (0.26 s a pass). What a static count cannot see: ambiguous rules read the same text in
-several ways at once (``t ::= "a" t "b" | "a" t | "a" "b"``), and each way keeps stacks of its own;
-the engine watchdog covers those.
+Stack weights follow what walking a stack costs in one whole-vocabulary pass (thread CPU time, 32
+alternatives of one shape; ``benchmarks/grammar_budget_cost.py``, figures in docs/measurements.md): a
+stack whose next character is one fixed character weighs 1; one whose next element is a space (most
+tokens start with one), a class, ``.`` or a negated class followed by more of them costs up to eight
+times as much and weighs 8, plus 1 per 32 class elements. ``MAX_STACK_WEIGHT`` (200) keeps a pass
+within about half a second on a small CPU. Typical schema grammars stay well inside: any JSON value
+weighs 32, 40 optional properties 49, an enum of 100 values 100. What a static count cannot see:
+ambiguous rules read the same text in several ways at once (``t ::= "a" t "b" | "a" t | "a" "b"``),
+and each way keeps stacks of its own; the engine watchdog covers those.
 """
 
 from __future__ import annotations

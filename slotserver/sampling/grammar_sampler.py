@@ -1,8 +1,9 @@
 """Sample one token under a grammar, as llama.cpp's ``common_sampler_sample``: chain first, grammar after.
 
-Applying llama.cpp's grammar sampler to all 262k candidates of Gemma 3 costs 50-130 ms per token
-on 2 cores (more inside a string, where many tokens fit), 4 to 9 times a whole decode step, while
-checking one token costs 2-25 µs (``benchmarks/grammar_cost.py``). So, as llama.cpp does: sample
+Applying llama.cpp's grammar sampler to every candidate of a large vocabulary (Gemma 3: 262k) costs
+several whole decode steps per token (more inside a string, where many tokens fit), while checking
+one token costs microseconds (``benchmarks/grammar_cost.py``; figures: docs/measurements.md). So, as
+llama.cpp does: sample
 with the request's chain, check the chosen token alone against the grammar (a one-candidate array
 through it), and only if the grammar rejects it load the logits again, apply the grammar to every
 candidate, then the chain. A chain that picks the argmax needs no second pass: the best tokens are
@@ -32,8 +33,8 @@ from slotserver.sampling.grammar_compile import ROOT
 # end-of-generation tokens ``ignore_eos`` or a logit bias banned, say). Nothing is accepted then:
 # llama.cpp aborts the process when a grammar accepts a token it does not allow.
 NO_TOKEN = -1
-# Greedy requests: the best tokens are checked one by one, the first 64, then up to 1024 (2-25 ms of
-# checks, less than one pass of the grammar over the vocabulary, which it adds to when all fail).
+# Greedy requests: the best tokens are checked one by one, the first 64, then up to 1024 (1024 checks
+# cost less than one pass of the grammar over the vocabulary, which they add to when all fail).
 SCAN_WINDOWS = (64, 1024)
 
 

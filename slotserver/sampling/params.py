@@ -1,5 +1,5 @@
 """Sampling parameters of one request (llama.cpp's defaults); the llama sampler chain is built in
-``sampler_chain``. Pure: parsing the ``samplers`` field lives here too."""
+``llama_chain``. Pure: parsing the ``samplers`` field lives here too."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ SAMPLER_ALIASES = {"top-k": "top_k", "top-p": "top_p", "top-n-sigma": "top_n_sig
 DEFAULT_SAMPLERS = ("penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature")
 # llama.cpp's infill sampler compares every pair of the candidates it is given (twice the piece
 # lookups per pair), inside one C call on the engine thread: over Gemma 3's 262,144 tokens that is
-# 7e10 pairs, a frozen server. It only runs behind a top_k of at most this many candidates:
-# measured on the 2-core CI machine, 256 candidates cost about 3 ms a token (1,000 cost 21 ms, more
-# than a one-row decode step; 2,000 cost 83 ms), and llama.vim's own chain is top_k 40, top_p, infill.
+# 7e10 pairs, a frozen server. It only runs behind a top_k of at most this many candidates: 256
+# cost a fraction of a one-row decode step, 1,000 more than a step (docs/measurements.md), and
+# llama.vim's own chain is top_k 40, top_p, infill.
 INFILL_TOP_K_MAX = 256
 
 

@@ -71,11 +71,12 @@ def chunk_reuse_steps(cache: Sequence[int], prompt: Sequence[int], n_past: int,
 
     llama-server walks the cache one position at a time and measures the match there against the
     prompt: up to ``n_min`` comparisons per position, so O(cache x n_min), and with a request's
-    ``n_min`` near the context 1.37 s of Python at 4k tokens. The same moves come from asking, for
-    the prompt's next ``n_min`` tokens, where they first occur in the cache from the current position
-    on: a Rabin-Karp search (a rolling hash over the cache's windows, a random base per call so no
-    input can be built to collide, every hit checked token by token). Each cache position is hashed
-    once and each reused token compared a bounded number of times: O(cache + prompt) in all.
+    ``n_min`` near the context over a second of Python at 4k tokens (docs/measurements.md). The same
+    moves come from asking, for the prompt's next ``n_min`` tokens, where they first occur in the
+    cache from the current position on: a Rabin-Karp search (a rolling hash over the cache's windows,
+    a random base per call so no input can be built to collide, every hit checked token by token).
+    Each cache position is hashed once and each reused token compared a bounded number of times:
+    O(cache + prompt) in all.
     """
     if n_min <= 0:
         raise ValueError("n_min must be >= 1")

@@ -30,9 +30,9 @@ N_PROBS_MAX = 100  # n_probs above this (or >= n_vocab) is clamped silently, as 
 # larger top-n per token is a client bug, and the top-n is computed inside the shared engine step
 # Candidates a request may have reported in all: n_probs (or OpenAI's top_logprobs) times the tokens
 # it may generate (n_predict, or the context when unbounded). Each costs ~100 bytes while generating
-# and ~600 while its body is built; at this budget a body is ~28 MB of JSON built in ~0.8 s (in a
-# worker thread). 100 candidates x 2,621 tokens, 20 x 13,107 (an OpenAI client's top_logprobs 20 with
-# no max_tokens on an 8k slot passes), 5 x 52,428; above it: 400.
+# and ~600 while its body is built; at this budget a body is ~28 MB of JSON, built in a worker thread
+# in under a second on a small CPU (docs/measurements.md). 100 candidates x 2,621 tokens, 20 x 13,107
+# (an OpenAI client's top_logprobs 20 with no max_tokens on an 8k slot passes), 5 x 52,428; above it: 400.
 N_PROBS_BUDGET = 1 << 18
 ORACLE_MAX = 1 << 20  # speculative.oracle (benchmarks): the known continuation, at most this many tokens
 # Stop strings: llama.cpp has no limit, OpenAI allows 4. 16 covers every chat template's end markers

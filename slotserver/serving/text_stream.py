@@ -2,7 +2,7 @@
 
 While streaming, text that could be the start of a stop string is withheld until it is
 disambiguated (as llama.cpp's server does), so a client never sees part of a stop string.
-Stop strings are found by an Aho–Corasick automaton (``stopmatch``) fed only the new characters of
+Stop strings are found by an Aho–Corasick automaton (``stop_matcher``) fed only the new characters of
 each piece, so a step costs the same however many stop strings there are and however long the text.
 """
 

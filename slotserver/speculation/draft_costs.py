@@ -15,9 +15,10 @@ pay: the draft model is not run at all.
 
 This is Leviathan et al.'s analysis (expected speedup ``(1 - a**(g+1)) / ((1 - a) * (g*c + 1))``
 for acceptance rate a, draft length g, cost ratio c of a draft to a target step) with the verify
-cost made explicit: on a CPU a verified row is not free (``t_row`` is about half a step here).
+cost made explicit: on a CPU a verified row is not free (``t_row``, a large share of a step:
+docs/measurements.md).
 ``Payoff`` then checks per slot what the calls really saved.
-Pure code; ``model_drafter.calibrate`` measures the four times once at start-up, and the one-row
+Pure code; ``draft_model.calibrate`` measures the four times once at start-up, and the one-row
 decode times then follow what serving measures (``observed``).
 """
 

@@ -245,9 +245,9 @@ def calibrate(target: VerifyProfile, draft: Engine, repeats: int = 7) -> DraftCo
     times). Takes well under a second.
 
     Eight rows, because a verify batch's cost is not linear in its rows (ggml picks kernels by
-    batch size; here 5 rows cost more than 8): eight is a typical verified draft. A depth, because
-    a small draft model's step is dominated by attention over its cache sooner than the target's:
-    here SmolLM2's step costs 0.5 of Gemma's at an empty cache and 0.8 at 1000 tokens.
+    batch size; fewer rows can cost more than 8): eight is a typical verified draft. A depth, because
+    a small draft model's step is dominated by attention over its cache sooner than the target's
+    (docs/measurements.md).
 
     Sized to the draft context: no more sequences than one measured decode holds (``row_cap``), and
     ``time_decode`` keeps the depth within each sequence's cells."""
