@@ -42,8 +42,8 @@ def install() -> None:
                            "t": round(t0, 6), "ms": round(1e3 * (time.perf_counter() - t0), 3)})
 
     def traced_accept(self, slot, n_verified, n_accepted):
-        last = self._last.get(slot)
-        events.append({"accept": slot, "kind": ":".join(last[0]) if last else None, "verified": n_verified,
+        kind = self.winner_kind(slot)
+        events.append({"accept": slot, "kind": ":".join(kind) if kind else None, "verified": n_verified,
                        "accepted": n_accepted, "t": round(time.perf_counter(), 6)})
         return accept(self, slot, n_verified, n_accepted)
 

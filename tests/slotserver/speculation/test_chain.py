@@ -71,7 +71,7 @@ def test_a_draft_cut_by_the_step_is_counted_and_learned_on_its_verified_part():
     chain.accept(0, 4, 4)
     st = chain.stats["ngram-mod"]
     assert (st.n_gen_drafts, st.n_gen_tokens, st.n_acc_tokens) == (1, 4, 4)
-    assert chain._global[("ngram-mod", "")].tried[:3] == [1.0, 1.0, 2.0]  # positions 0, 1, 2-3
+    assert chain.estimator.drafter_wide[("ngram-mod", "")].tried[:3] == [1.0, 1.0, 2.0]  # positions 0, 1, 2-3
 
 
 def test_the_winner_is_told_how_much_of_its_draft_was_verified():

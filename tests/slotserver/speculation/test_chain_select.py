@@ -36,9 +36,9 @@ def run(chain, slot, n_accepted_of):
 def test_per_request_select_overrides_the_chain():
     chain = DraftChain([("ngram-simple", Fixed([7])), ("ngram-mod", Fixed([5] * 16))], profile=GEMMA)
     assert chain.select == "precedence"
-    chain._global[("ngram-mod", "")] = sel.Counts()
+    chain.estimator.drafter_wide[("ngram-mod", "")] = sel.Counts()
     for _ in range(10):
-        chain._global[("ngram-mod", "")].update(16, 16, 1.0)  # ngram-mod's drafts are always accepted
+        chain.estimator.drafter_wide[("ngram-mod", "")].update(16, 16, 1.0)  # ngram-mod's drafts are always accepted
     assert chain.draft(0, [1], 1, LIMITS) == [7]
     assert chain.draft(0, [1], 1, DraftLimits(n_max=16, select="expected")) == [5] * 16
 
@@ -70,9 +70,9 @@ def test_expected_mode_takes_the_drafter_with_the_better_record_precedence_does_
         chain = DraftChain([("ngram-simple", bad), ("ngram-mod", good)], select=select, profile=GEMMA)
         chain.begin(0, [1])
         for key, n_acc in ((("ngram-simple", ""), 0), (("ngram-mod", ""), 16)):
-            chain._global[key] = sel.Counts()
+            chain.estimator.drafter_wide[key] = sel.Counts()
             for _ in range(10):
-                chain._global[key].update(16, n_acc, 1.0)
+                chain.estimator.drafter_wide[key].update(16, n_acc, 1.0)
         assert chain.draft(0, [1], 1, LIMITS) == want
         chain.accept(0, 16, 16 if want == [5] * 16 else 0)
         assert bad.accepted[-1][1] is (want == [5] * 16)  # the loser hears it as another's draft
@@ -93,7 +93,7 @@ def test_tags_keep_separate_estimates():
         run(chain, 0, lambda n: n)
     d.tag = "cold"
     chain.draft(0, [1], 1, LIMITS)
-    pool_q = chain._global[("ngram-mod", "pool")].probs(None, sel.PRIOR_WEIGHT)[0]
+    pool_q = chain.estimator.drafter_wide[("ngram-mod", "pool")].probs(None, sel.PRIOR_WEIGHT)[0]
     # nothing known of cold drafts yet: expected to do what the drafter's other drafts did
     assert chain.confidence(0)[0] == pytest.approx(pool_q) and pool_q > sel.PRIOR_P
     assert set(chain.estimates()) == {"ngram-mod:pool"}
@@ -102,13 +102,13 @@ def test_tags_keep_separate_estimates():
         run(chain, 0, lambda n: 0)
     chain.draft(0, [1], 1, LIMITS)
     assert chain.confidence(0)[0] < 0.5 < pool_q
-    assert chain._global[("ngram-mod", "pool")].probs(None, sel.PRIOR_WEIGHT)[0] == pytest.approx(pool_q, abs=0.05)
+    assert chain.estimator.drafter_wide[("ngram-mod", "pool")].probs(None, sel.PRIOR_WEIGHT)[0] == pytest.approx(pool_q, abs=0.05)
 
 
 def test_a_drafter_without_other_kinds_starts_from_the_prior():
     chain = DraftChain([("ngram-mod", Tagged([3] * 8, "cold")), ("suffix", Fixed([4] * 8))], profile=GEMMA)
-    chain._global[("suffix", "")] = sel.Counts()
-    chain._global[("suffix", "")].update(8, 8, 1.0)  # another drafter's record is not this one's
+    chain.estimator.drafter_wide[("suffix", "")] = sel.Counts()
+    chain.estimator.drafter_wide[("suffix", "")].update(8, 8, 1.0)  # another drafter's record is not this one's
     chain.begin(0, [1])
     chain.draft(0, [1], 1, DraftLimits(n_max=16, types=frozenset({"ngram-mod"})))
     assert chain.confidence(0)[0] == pytest.approx(sel.PRIOR_P)
@@ -137,9 +137,9 @@ def test_drafts_cut_to_nothing_are_skipped_then_probed_when_the_slot_can_afford_
     assert chain.confidence(0)[:n_probe] == [1.0] * n_probe  # a probe is due
     chain.selected(0, n_probe)
     chain.accept(0, n_probe, 0)  # the probe failed: the next one waits twice as long
-    assert chain._probe[(0, ("ngram-mod", ""))].next_at == 2 * sel.PROBE_MIN
+    assert chain.slots[0].probes[("ngram-mod", "")].next_at == 2 * sel.PROBE_MIN
     chain.draft(0, [1], 1, LIMITS)  # and its cost was taken from the slot's credit
-    assert chain._credit[0] < sel.probe_cost(GEMMA)
+    assert chain.slots[0].credit < sel.probe_cost(GEMMA)
 
 
 def test_begin_forgets_the_slot_but_not_the_drafter():
@@ -176,14 +176,14 @@ def test_a_drafters_estimates_are_the_prior_and_sure_drafts_learn_apart():
     assert chain.confidence(0) == pytest.approx(sel.product([sel.HINT_MAX] * cap))  # trusted at once
     assert chain.confidence(0)[-1] > 0.8 > sel.PRIOR_P
     chain.accept(0, 16, 16)
-    assert ("suffix", "global:sure") in chain._global
+    assert ("suffix", "global:sure") in chain.estimator.drafter_wide
     sure.probs = [0.3, 0.15]  # an unsure draft: its own class, its own estimates
     sure.tokens = [1, 2]
     chain.draft(0, [1], 1, LIMITS)
     assert chain.confidence(0) == pytest.approx([0.3, 0.15])
     chain.accept(0, 2, 0)
-    assert chain._global[("suffix", "global:unsure")].tried[0] == 1
-    assert chain._global[("suffix", "global:sure")].tried[0] == 1  # untouched by the unsure draft
+    assert chain.estimator.drafter_wide[("suffix", "global:unsure")].tried[0] == 1
+    assert chain.estimator.drafter_wide[("suffix", "global:sure")].tried[0] == 1  # untouched by the unsure draft
 
 
 def test_a_request_risks_a_few_plain_steps_until_its_drafts_pay():
@@ -192,15 +192,15 @@ def test_a_request_risks_a_few_plain_steps_until_its_drafts_pay():
     they saved, and a new request starts from the first cap again."""
     chain = DraftChain([("ngram-mod", Fixed([5] * 16))], profile=GEMMA)
     key = ("ngram-mod", "")
-    chain._global[key] = sel.Counts()
+    chain.estimator.drafter_wide[key] = sel.Counts()
     for _ in range(20):
-        chain._global[key].update(16, 16, 1.0)
+        chain.estimator.drafter_wide[key].update(16, 16, 1.0)
     first = sel.risk_cap(GEMMA, 0.0, 16)
     chain.begin(0, [1])
     chain.draft(0, [1], 1, LIMITS)
     assert len(chain.confidence(0)) == first
     chain.accept(0, first, 0)
-    assert chain._saved[0] < 0
+    assert chain.slots[0].saved < 0
     chain.draft(0, [1], 1, LIMITS)
     second = len(chain.confidence(0))  # what the first loss left of the RISK_STEPS
     assert second == sel.risk_cap(GEMMA, sel.saved_s(GEMMA, first, 0), 16) < first
@@ -246,9 +246,9 @@ def test_a_slot_the_draft_model_drafts_for_is_not_quiet():
     for _ in range(3 * int(sel.RISK_HALF)):
         assert chain.draft(0, [1], 1, LIMITS) == []
         draft = chain.adopt(0, [5] * 16, LIMITS)
-        assert len(chain.confidence(0)) == sel.risk_cap(GEMMA, chain._saved[0], len(draft))
+        assert len(chain.confidence(0)) == sel.risk_cap(GEMMA, chain.slots[0].saved, len(draft))
         chain.accept(0, 0, 0)
-    assert chain._quiet.get(0, 0) == 0
+    assert chain.slots[0].quiet == 0
 
 
 class Script:
@@ -292,11 +292,11 @@ def test_a_losing_drafter_learns_how_far_its_draft_would_have_been_accepted():
     chain = DraftChain([("ngram-simple", Follows(output, 8)), ("ngram-mod", Follows(output, 2))],
                        select="expected", profile=GEMMA)
     chain.begin(0, output[:1])
-    chain._global[("ngram-simple", "")] = sel.Counts()
-    chain._global[("ngram-simple", "")].update(8, 0, 1.0)  # one early miss
-    chain._global[("ngram-mod", "")] = sel.Counts()
+    chain.estimator.drafter_wide[("ngram-simple", "")] = sel.Counts()
+    chain.estimator.drafter_wide[("ngram-simple", "")].update(8, 0, 1.0)  # one early miss
+    chain.estimator.drafter_wide[("ngram-mod", "")] = sel.Counts()
     for _ in range(10):
-        chain._global[("ngram-mod", "")].update(2, 2, 1.0)
+        chain.estimator.drafter_wide[("ngram-mod", "")].update(2, 2, 1.0)
     n, winners = 1, []
     for _ in range(12):
         draft = chain.draft(0, output[:n], output[n], LIMITS)
@@ -311,36 +311,36 @@ def test_a_losing_drafter_learns_how_far_its_draft_would_have_been_accepted():
 def test_a_rivals_draft_is_scored_only_on_what_the_target_produced():
     chain = DraftChain([("ngram-simple", Script([5, 9, 9])), ("ngram-mod", Script([5]))], select="expected",
                        profile=GEMMA)
-    chain._global[("ngram-mod", "")] = sel.Counts()
+    chain.estimator.drafter_wide[("ngram-mod", "")] = sel.Counts()
     for _ in range(10):
-        chain._global[("ngram-mod", "")].update(1, 1, 1.0)
+        chain.estimator.drafter_wide[("ngram-mod", "")].update(1, 1, 1.0)
     chain.draft(0, [1, 2], 3, LIMITS)
     assert chain.winner(0) == "ngram-mod"
     chain.selected(0, 1)
     chain.accept(0, 1, 1)
     chain.draft(0, [1, 2, 3, 5], 6, LIMITS)  # the target produced 5, then 6: [5, 9, 9] right once, wrong once
-    c = chain._global[("ngram-simple", "")]
+    c = chain.estimator.drafter_wide[("ngram-simple", "")]
     assert (c.tried[0], c.acc[0], c.tried[1], c.acc[1], c.tried[2]) == (1.0, 1.0, 1.0, 0.0, 0.0)
-    c2 = chain._slot[(0, ("ngram-simple", ""))]
+    c2 = chain.slots[0].counts[("ngram-simple", "")]
     assert (c2.tried[0], c2.acc[0]) == (1.0, 1.0)
 
 
 def test_nothing_is_scored_when_the_context_did_not_grow_from_the_drafted_one():
     chain = DraftChain([("ngram-simple", Script([5, 6])), ("ngram-mod", Script([5]))], select="expected",
                        profile=GEMMA)
-    chain._global[("ngram-mod", "")] = sel.Counts()
-    chain._global[("ngram-mod", "")].update(1, 1, 1.0)
-    chain._global[("ngram-mod", "")].update(1, 1, 1.0)
+    chain.estimator.drafter_wide[("ngram-mod", "")] = sel.Counts()
+    chain.estimator.drafter_wide[("ngram-mod", "")].update(1, 1, 1.0)
+    chain.estimator.drafter_wide[("ngram-mod", "")].update(1, 1, 1.0)
     chain.draft(0, [1, 2], 3, LIMITS)
     assert chain.winner(0) == "ngram-mod"
     chain.accept(0, 1, 1)
     chain.draft(0, [7, 7], 5, LIMITS)  # another context (a restart without begin): nothing known
-    assert ("ngram-simple", "") not in chain._global
+    assert ("ngram-simple", "") not in chain.estimator.drafter_wide
     chain.begin(0, [1])
     chain.draft(0, [1, 2], 3, LIMITS)
     chain.begin(0, [1, 2, 3])  # a new request: the last drafts are forgotten, not scored
     chain.draft(0, [1, 2, 3, 5], 6, LIMITS)
-    assert ("ngram-simple", "") not in chain._global
+    assert ("ngram-simple", "") not in chain.estimator.drafter_wide
 
 
 def test_a_winner_cut_to_nothing_is_scored_like_a_rival_a_verified_one_is_not_scored_twice():
@@ -350,7 +350,7 @@ def test_a_winner_cut_to_nothing_is_scored_like_a_rival_a_verified_one_is_not_sc
     chain.selected(0, 0)  # the step did not verify it...
     draft.clear()  # ...and cuts the draft it was handed (as Drafting.select does)
     chain.draft(0, [1, 2, 3], 5, LIMITS)  # the target sampled 5: right at position 0
-    c = chain._global[("ngram-mod", "")]
+    c = chain.estimator.drafter_wide[("ngram-mod", "")]
     assert (c.tried[0], c.acc[0]) == (1.0, 1.0)
     chain.selected(0, 3)
     chain.accept(0, 3, 3)  # verified: accept() counts it
@@ -367,11 +367,11 @@ def test_the_first_position_a_step_cut_off_is_scored_by_the_token_the_target_sam
     chain.selected(0, 1)
     del draft[1:]  # the step cuts the draft it was handed
     chain.accept(0, 1, 1)
-    c = chain._global[("ngram-mod", "")]
+    c = chain.estimator.drafter_wide[("ngram-mod", "")]
     assert (c.tried[1], c.acc[1]) == (0.0, 0.0)
     chain.draft(0, [1, 2, 3, 5], 6, LIMITS)  # the target accepted 5 and sampled 6: position 1 right
     assert (c.tried[0], c.acc[0], c.tried[1], c.acc[1], c.tried[2]) == (1.0, 1.0, 1.0, 1.0, 0.0)
-    own = chain._slot[(0, ("ngram-mod", ""))]
+    own = chain.slots[0].counts[("ngram-mod", "")]
     assert (own.tried[1], own.acc[1]) == (1.0, 1.0)
     # Rejected within the verified part: the cut-off tail says nothing (its position was not reached).
     draft = chain.draft(0, [1, 2, 3, 5, 6], 7, LIMITS)
@@ -391,8 +391,8 @@ def test_drafters_compete_on_what_the_slot_may_risk_verifying():
     chain = DraftChain([("suffix", long), ("ngram-simple", short)], select="expected", profile=GEMMA)
     chain.begin(0, [1])
     assert chain.draft(0, [1], 1, DraftLimits(n_max=64)) == long.tokens  # nothing lost yet: the long one
-    chain._saved[0] = sel.saved_s(GEMMA, 18, 0)  # a first draft of 18 rejected at once
-    assert sel.risk_cap(GEMMA, chain._saved[0], 12) == 1
+    chain.slots[0].saved = sel.saved_s(GEMMA, 18, 0)  # a first draft of 18 rejected at once
+    assert sel.risk_cap(GEMMA, chain.slots[0].saved, 12) == 1
     assert chain.draft(0, [1], 1, DraftLimits(n_max=64)) == short.tokens
     assert len(chain.confidence(0)) == 1
 
@@ -408,7 +408,7 @@ def test_a_probe_that_verified_more_than_its_length_succeeds_on_its_length():
     chain.draft(0, [1], 1, LIMITS)
     chain.selected(0, 4)
     chain.accept(0, 4, sel.probe_rows(GEMMA))  # the probe's own rows accepted, the rest not
-    assert chain._probe[(0, ("ngram-mod", ""))].next_at == sel.PROBE_MIN
+    assert chain.slots[0].probes[("ngram-mod", "")].next_at == sel.PROBE_MIN
 
 
 def test_a_request_that_spent_its_risk_regains_it_step_by_step():
@@ -423,7 +423,7 @@ def test_a_request_that_spent_its_risk_regains_it_step_by_step():
         chain.draft(0, [1], 1, LIMITS)
     assert len(chain.confidence(0)) == sel.probe_rows(GEMMA)
     chain.accept(0, 0, 0)
-    spent = -chain._saved[0]
+    spent = -chain.slots[0].saved
     n_steps = 0
     while True:
         chain.draft(0, [1], 1, LIMITS)

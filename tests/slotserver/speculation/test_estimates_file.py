@@ -155,7 +155,7 @@ def test_a_server_without_drafters_keeps_no_estimates_file(tmp_path):
 def test_the_n_gram_drafters_of_the_default_chain_are_persisted_too(tmp_path):
     mod = NgramMod(NgramModConfig(n_match=3, n_min=1, n_max=8), pool_size=256)
     ch = DraftChain([("ngram-mod", mod)], select="expected", profile=PROFILE)
-    ch._global[("ngram-mod", "")] = sel.Counts([1.0] * sel.N_BINS, [2.0] * sel.N_BINS)
+    ch.estimator.drafter_wide[("ngram-mod", "")] = sel.Counts([1.0] * sel.N_BINS, [2.0] * sel.N_BINS)
     p, _ = persistence(tmp_path, ch)
     p.save()
     p.close()
