@@ -26,36 +26,28 @@ different numbers of rows as several graphs, each reading the weights again (``s
 the estimate counts them, so one slot's long draft beside others' single rows must pay for that.
 
 **Risk cap.** Estimates carried over from other requests can be confidently wrong about a new
-one: on SmolLM2 a warm `repeat` or `humaneval0` had 64-row first drafts from a pool another run of
-the same prompt had filled (greedy output flips at near-ties between runs), each rejected early and
-costing 14 plain steps; those requests ran at 0.7-0.9x no speculation. So a slot's draft never
-risks more than ``RISK_STEPS`` plain steps plus what its verified drafts of this request have saved
-so far (``saved_s``, by the profile), plus ``RISK_SHARE`` of a plain step for every step the slot
-has drafted in. The steps an answer goes before its first draft halve that ``RISK_STEPS`` every
+one, and a long first draft rejected early costs many plain steps. So a slot's draft never risks
+more than ``RISK_STEPS`` plain steps plus what its verified drafts of this request have saved so
+far (``saved_s``, by the profile), plus ``RISK_SHARE`` of a plain step for every step the slot has
+drafted in: a request loses at most a few plain steps and ``RISK_SHARE`` of its time to drafts that
+never pay, whatever the estimates said, and one whose first drafts failed may draft again later in
+its answer. The steps an answer goes before its first draft halve that ``RISK_STEPS`` every
 ``RISK_HALF`` of them: a short match that first turns up late in an answer with nothing to repeat
-is more often a common phrase than the start of a copy. On the AMX machine's profiles a
-request's first draft was verified for at most 22 rows (SmolLM2) or 50 (Gemma 3), every later one
-for 64 once the first was accepted, and for a probe's length (``probe_rows``) after a miss until
-drafts pay again. A request then loses at most a few plain steps and 5% of its time to drafts that
-never pay, whatever the estimates said, and one whose first drafts failed may draft again later
-in its answer (Gemma's `free`: four short drafts rejected in its first 80 tokens spent the budget,
-and the 64-token repeats from token 90 on were never verified: 0.97x no speculation with the whole
-chain, 1.80x with ngram-mod alone, offline replay).
+is more often a common phrase than the start of a copy.
 
 **Probes.** A slot whose drafts of a kind keep being cut to nothing would never learn that they
 started paying; after ``PROBE_MIN`` denials in a row (doubling while probes fail, up to
 ``PROBE_MAX``) its next draft of that kind is verified for ``probe_rows`` tokens regardless: as
 many (up to ``PROBE_ROWS``) as cost at most ``PROBE_COST`` plain steps more than a plain step, and
-never fewer than pay at all. Probes are paid from a per-slot credit of ``PROBE_SHARE`` of a plain
-step per step, whatever kind they probe: a probe waits until the slot can afford it. On this
-machine's profiles one probe token costs 0.87 plain steps on SmolLM2 and a two-token probe 1.46 on
-Gemma 3 (the second row of a step costs nearly a whole step), and every (drafter, tag) probed on
-its own schedule: with the whole chain, a short SmolLM2 answer where nothing repeats (humaneval0,
-103 tokens) verified about ten failed probes of six kinds, 9% of its time (offline replay). The
-chain scores drafts it did not verify anyway (``chain._learn_rivals``), so a probe is rarely what
-notices that drafts pay again.
+never fewer than pay at all. A probe costs about a plain step, so probes are paid from one per-slot
+credit of ``PROBE_SHARE`` of a plain step per step, whatever kind they probe: a probe waits until
+the slot can afford it, and many kinds each probing on its own schedule cannot eat a short answer.
+The chain scores drafts it did not verify anyway (``Estimator.score_rivals``), so a probe is rarely
+what notices that drafts pay again.
 
-Pure code, no llama.cpp: the chain keeps the estimates, ``drafting.py`` runs the selection.
+Pure code, no llama.cpp: the estimator (``estimator.py``) keeps the estimates, ``serving/drafting.py``
+runs the selection. The figures behind these rules: docs/measurements.md,
+``slotserver/speculation/selection.py``.
 """
 
 from __future__ import annotations
@@ -68,7 +60,7 @@ from slotserver.engine.verify_costs import MIN_STEP_SHARE, VerifyProfile
 
 BIN_EDGES = (1, 2, 4, 8, 16, 32, 64)  # bin b holds draft positions [BIN_EDGES[b-1], BIN_EDGES[b])
 N_BINS = len(BIN_EDGES) + 1
-PRIOR_P = 0.7  # a first position nobody has seen verified: short drafts pay at this on this CPU
+PRIOR_P = 0.7  # a first position nobody has seen verified (docs/measurements.md)
 PRIOR_WEIGHT = 2.0  # tokens' worth of the prior (or the bin before) in a drafter-wide bin
 SLOT_WEIGHT = 2.0  # tokens' worth of the drafter-wide estimate in a slot's bin
 GLOBAL_DECAY = 0.98  # per verified draft, drafter-wide
@@ -226,8 +218,7 @@ def probe_cost(profile: VerifyProfile) -> float:
 def min_paying(profile: VerifyProfile) -> int:
     """The fewest draft tokens (up to ``PROBE_ROWS``) whose step, all of them accepted, yields more
     tokens per second than a plain step; 1 if none does (probes would never pay). Where a second row
-    costs a whole plain step (Gemma 3 with weight repacking: 11.0 ms for one row, 22.7 for two) that
-    is 2, not 1."""
+    costs about a whole plain step that is 2, not 1."""
     t1 = profile.step(1)
     return next((k for k in range(1, PROBE_ROWS + 1) if (1 + k) / profile.step(1 + k) > 1 / t1), 1)
 
