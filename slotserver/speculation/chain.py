@@ -86,12 +86,7 @@ class DraftChain:
     def begin(self, slot: int, prompt: Sequence[int]) -> None:
         """The slot's history starts over with ``prompt`` (a new request, or a context shift): so does
         its record, and every drafter's view of the slot."""
-        old = self.slots.pop(slot, None)
-        if old is not None:
-            # Probes of kinds the slot never counted this request outlived it until now: kept as they were.
-            kept = {key: probe for key, probe in old.probes.items() if key not in old.counts}
-            if kept:
-                self.slots[slot] = SlotSpeculation(probes=kept)
+        self.slots.pop(slot, None)
         for name, d in self.drafters:
             st = self.stats[name]
             t0 = time.perf_counter()
@@ -102,12 +97,9 @@ class DraftChain:
             self.stats[DRAFT_MODEL].n_call_begin += 1
 
     def finish(self, slot: int, history: Sequence[int]) -> None:
-        """The slot's request ended with ``history`` (prompt, output, last sampled token): drafters
-        that learn whole requests (``finish``, optional in the protocol) learn it now."""
-        rec = self.slots.get(slot)
-        if rec is not None:
-            rec.end_draft()
-            rec.take_rivals()
+        """The slot's request ended with ``history`` (prompt, output, last sampled token): its record
+        goes, and drafters that learn whole requests (``finish``, optional in the protocol) learn it now."""
+        self.slots.pop(slot, None)
         for _, d in self.drafters:
             if hasattr(d, "finish"):
                 d.finish(slot, history)
