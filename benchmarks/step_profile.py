@@ -32,14 +32,15 @@ from slotserver import cli
 from slotserver.engine import engine
 from slotserver.serving import apply_rows as apply
 from slotserver.serving import drafting, runner
-from slotserver.speculation import chain
+from slotserver.speculation import chain, estimator
 from slotserver.speculation import selection as spec_select
 
 METHODS = [
     (runner.Runner, ["_step", "_collect_work", "_decode", "_count_decode"]),
     (apply.Applier, ["entry", "_verify", "_emit"]),
     (drafting.Drafting, ["for_slot", "select", "observe_decode"]),
-    (chain.DraftChain, ["draft", "accept", "confidence", "selected", "_q", "_learn_rivals"]),
+    (chain.DraftChain, ["draft", "accept", "confidence", "selected"]),
+    (estimator.Estimator, ["q", "score_rivals"]),
     (engine.Engine, ["decode", "argmax"]),
     (suffix.SuffixDrafter, ["draft"]),
     (suffix_local.LocalIndex, ["sync", "draft"]),
@@ -69,7 +70,7 @@ def install() -> None:
             setattr(cls, name, timed(f"{cls.__name__}.{name}", getattr(cls, name)))
     for name in FUNCTIONS:
         wrapped = timed(f"spec_select.{name}", getattr(spec_select, name))
-        for module in (spec_select, drafting):  # chain.py calls them through the module
+        for module in (spec_select, drafting):  # estimator.py calls them through the module
             if hasattr(module, name):
                 setattr(module, name, wrapped)
 
