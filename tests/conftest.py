@@ -11,7 +11,7 @@ from aiohttp import web
 from benchmarks.bench.run import load_workloads
 from slotserver.api.app import create_app
 from slotserver.api.state import STATE
-from slotserver.cli import build_parser, config_from_args
+from slotserver.flags.command_line import build_parser, config_from_args
 from tests.integration.ties import TIE_PROBS
 
 

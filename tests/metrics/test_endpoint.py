@@ -10,7 +10,7 @@ import pytest
 from aiohttp import web
 
 from slotserver.api.app import create_app
-from slotserver.cli import build_parser, config_from_args
+from slotserver.flags.command_line import build_parser, config_from_args
 from tests.metrics.promtext import parse, total
 
 

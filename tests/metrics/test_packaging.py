@@ -14,7 +14,7 @@ import dockerfile
 import yaml
 
 from slotserver.api.hosts import HostAllowlist
-from slotserver.cli import build_parser, config_from_args
+from slotserver.flags.command_line import build_parser, config_from_args
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARDS = ROOT / "dashboards"

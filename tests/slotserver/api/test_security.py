@@ -31,7 +31,7 @@ from slotserver.api.security import (
     split_keys,
 )
 from slotserver.api.state import TENANT
-from slotserver.cli import build_parser, config_from_args, parse_args
+from slotserver.flags.command_line import build_parser, config_from_args, parse_args
 
 # --- keys --------------------------------------------------------------------------------------------
 

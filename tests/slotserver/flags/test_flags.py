@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from slotserver.cli import build_parser, config_from_args, parse_args, startup_warnings
+from slotserver.flags.command_line import build_parser, config_from_args, parse_args, startup_warnings
 from slotserver.flags.common import IGNORED as COMMON_IGNORED
 from slotserver.flags.server import IGNORED as SERVER_IGNORED
 from slotserver.flags.speculative import IGNORED as SPEC_IGNORED
@@ -344,7 +344,7 @@ def test_version_prints_and_exits_0(capsys):
 
 
 def test_host_lists_listen_on_each_address():
-    from slotserver.cli import listen_hosts
+    from slotserver.flags.command_line import listen_hosts
     c = config(["--host", "127.0.0.1,::1"])
     assert listen_hosts(c.host) == ["127.0.0.1", "::1"]
     assert listen_hosts(config(["--host", "0.0.0.0"]).host) == ["0.0.0.0"]

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from slotserver.cli import build_parser, config_from_args
+from slotserver.flags.command_line import build_parser, config_from_args
 from slotserver.serving.build import Build
 from tests.integration.fim_model import SMOLLM2
 
