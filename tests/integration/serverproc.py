@@ -24,9 +24,11 @@ def free_port() -> int:
 
 class ServerProcess:
     """``env`` adds variables to this process's environment (PYTHONPATH included, so the child runs
-    the same slotserver); ``port_in_env`` passes the port as ``LLAMA_ARG_PORT`` instead of ``--port``."""
+    the same slotserver); ``port_in_env`` passes the port as ``LLAMA_ARG_PORT`` instead of ``--port``;
+    ``command``: a subcommand (``("cluster",)``) before the flags."""
 
-    def __init__(self, argv: list[str], env: dict[str, str] | None = None, port_in_env: bool = False) -> None:
+    def __init__(self, argv: list[str], env: dict[str, str] | None = None, port_in_env: bool = False,
+                 command: tuple[str, ...] = ()) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         # A file, not a pipe: a full pipe would block the server. Opened to append: the child shares
@@ -36,16 +38,16 @@ class ServerProcess:
         port = [] if port_in_env else ["--port", str(self.port)]
         if port_in_env:
             environ["LLAMA_ARG_PORT"] = str(self.port)
-        self.proc = subprocess.Popen([sys.executable, "-m", "slotserver", *port, *argv], env=environ,
+        self.proc = subprocess.Popen([sys.executable, "-m", "slotserver", *command, *port, *argv], env=environ,
                                      stdout=self.log, stderr=subprocess.STDOUT, text=True)
 
     def output(self) -> str:
         self.log.seek(0)
         return self.log.read()
 
-    def wait_ready(self) -> "ServerProcess":
-        """Poll /health until it answers 200 (or the process ends, or START_TIMEOUT_S passes)."""
-        deadline = time.monotonic() + START_TIMEOUT_S
+    def wait_ready(self, timeout: float = START_TIMEOUT_S) -> "ServerProcess":
+        """Poll /health until it answers 200 (or the process ends, or ``timeout`` passes)."""
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, f"server exited {self.proc.returncode}: {self.output()}"
             try:
