@@ -16,12 +16,14 @@ import threading
 
 def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p = argparse.ArgumentParser(prog="slotserver cluster", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter, add_help=True)
+                                formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     p.add_argument("--replicas", type=int, default=2, help="replicas (each loads the model; default 2)")
     p.add_argument("--min-replicas", type=int, default=None, help="autoscaling: fewest replicas")
     p.add_argument("--max-replicas", type=int, default=None, help="autoscaling: most replicas (turns it on)")
     p.add_argument("--replica-cpus", type=float, default=1.0, help="Ray CPUs reserved per replica (default 1)")
     p.add_argument("--ray-address", default="local", help="local (start Ray here), auto, or ray://HOST:PORT")
+    p.add_argument("--metrics-sd-dir", default="", metavar="DIR",
+                   help="replicas write Prometheus file_sd targets here (with --metrics; docs/cluster.md)")
     p.add_argument("--host", default="127.0.0.1", help="the cluster's HTTP address (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="the cluster's HTTP port (default 8080)")
     own, server_argv = p.parse_known_args(argv)
@@ -40,7 +42,8 @@ def main(argv: list[str]) -> None:
     logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         app = build_app(server_argv, replicas=own.replicas, cpus_per_replica=own.replica_cpus,
-                        min_replicas=own.min_replicas, max_replicas=own.max_replicas)
+                        min_replicas=own.min_replicas, max_replicas=own.max_replicas,
+                        metrics_sd_dir=own.metrics_sd_dir)
     except ValueError as exc:
         raise SystemExit(f"error: {exc}") from None
     ray.init(address=None if own.ray_address == "local" else own.ray_address, include_dashboard=False)

@@ -28,6 +28,7 @@ from aiohttp import web
 
 from slotserver.api.app import create_app
 from slotserver.api.state import STATE
+from slotserver.cluster.discovery import remove_dead, write_target
 from slotserver.flags.command_line import build_parser, config_from_args
 
 log = logging.getLogger(__name__)
@@ -74,12 +75,18 @@ class LocalServer:
 class SlotReplica:
     """The Ray Serve deployment class: ``SlotReplica.bind(argv)`` (``cluster/app.py``)."""
 
-    async def __init__(self, argv: list[str]) -> None:
+    async def __init__(self, argv: list[str], metrics_sd_dir: str = "") -> None:
         self.name = _replica_name()
         self.process = f"{socket.gethostname()}:{os.getpid()}"
         self.server = await LocalServer(argv).start()
         self.http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
                                           auto_decompress=False)
+        self.target = None
+        if metrics_sd_dir:  # Prometheus finds this replica's /metrics (discovery.py)
+            for name in remove_dead(metrics_sd_dir):
+                log.info("removed the discovery file of a replica that is gone: %s", name)
+            self.target = write_target(metrics_sd_dir, self.name, self.server.url.removeprefix("http://"),
+                                       self.process)
         log.info("replica %s serving %s", self.name, self.server.url)
 
     async def forward(self, key: str, method: str, path_qs: str, headers: list[tuple[str, str]],
@@ -104,6 +111,8 @@ class SlotReplica:
                 raise RuntimeError(f"replica {self.name}: /health {resp.status}: {await resp.text()}")
 
     async def __del__(self) -> None:  # Ray Serve awaits an async __del__ at a graceful stop
+        if self.target is not None:
+            self.target.unlink(missing_ok=True)
         await self.http.close()
         await self.server.stop()
 

@@ -11,32 +11,41 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import shutil
 import signal
+import subprocess
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
 import openai
 import pytest
 
-from tests.integration.serverproc import ServerProcess
+from tests.integration.serverproc import ServerProcess, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 # Two slots per replica, no speculation: outputs are then exactly a single server's (no drafter
 # verifies in a batch whose rounding could flip a near tie), and no replica measures a profile.
-ARGV = ["-c", "2048", "-np", "2", "--spec-type", "none", "--replicas", "2", "--replica-cpus", "1"]
+ARGV = ["-c", "2048", "-np", "2", "--spec-type", "none", "--metrics", "--replicas", "2", "--replica-cpus", "1"]
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "1, 2, 3, 4, 5,"]
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def sd_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("sd")
+
+
+@pytest.fixture(scope="module")
+def cluster(sd_dir):
     env = {"PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0", "RAY_DEDUP_LOGS": "0"}
-    proc = ServerProcess(ARGV, env=env, command=("cluster",))
+    proc = ServerProcess([*ARGV, "--metrics-sd-dir", str(sd_dir)], env=env, command=("cluster",))
     try:
         proc.wait_ready(timeout=600)
         yield proc
     finally:
-        assert proc.stop() == 0, proc.output()[-4000:]
+        output = proc.output()
+        assert proc.stop() == 0, output[-4000:]
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +146,48 @@ def test_a_session_whose_owner_is_full_spills_to_the_other_replica(cluster):
     assert spilled is not None and spilled != owner
 
 
-def test_a_killed_replica_ends_its_stream_with_an_error_and_ray_brings_it_back(cluster):
+def sd_targets(sd_dir: Path) -> dict[str, str]:
+    """replica -> address, from the discovery files the replicas wrote."""
+    out = {}
+    for path in sd_dir.glob("slotserver-*.json"):
+        entry = json.loads(path.read_text())[0]
+        out[entry["labels"]["replica"]] = entry["targets"][0]
+    return out
+
+
+def test_prometheus_finds_every_replica_through_the_discovery_files(cluster, sd_dir, tmp_path):
+    served = {replica_of(cluster, f"sd-{i}") for i in range(4)}
+    targets = sd_targets(sd_dir)
+    assert len(targets) == 2 and served <= set(targets) and len(set(targets.values())) == 2
+    replicas = set(targets)
+    binary = shutil.which("prometheus")
+    assert binary, "prometheus is not installed (scripts/test.sh installs it)"
+    port = free_port()
+    (tmp_path / "prometheus.yml").write_text(
+        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: slotserver\n"
+        f"    file_sd_configs:\n      - files: ['{sd_dir}/*.json']\n        refresh_interval: 1s\n")
+    prom = subprocess.Popen([binary, f"--config.file={tmp_path / 'prometheus.yml'}",
+                             f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        query = urllib.parse.urlencode({"query": "sum by (replica) (slotserver_slots)"})
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/query?{query}", timeout=5) as resp:
+                    result = json.loads(resp.read())["data"]["result"]
+            except OSError:
+                result = []
+            if {r["metric"]["replica"]: float(r["value"][1]) for r in result} == {r: 2.0 for r in replicas}:
+                break  # both replicas scraped, each with its 2 slots
+            assert time.monotonic() < deadline, f"Prometheus did not scrape both replicas: {result}"
+            time.sleep(0.2)
+    finally:
+        prom.kill()
+        prom.wait()
+
+
+def test_a_killed_replica_ends_its_stream_with_an_error_and_ray_brings_it_back(cluster, sd_dir):
     body = {**greedy("Count slowly from one to one thousand: one, two,"), "n_predict": 800, "stream": True}
     req = urllib.request.Request(cluster.url + "/completion", data=json.dumps(body).encode(), method="POST",
                                  headers={"Content-Type": "application/json", "x-session-id": "victim"})
@@ -161,3 +211,5 @@ def test_a_killed_replica_ends_its_stream_with_an_error_and_ray_brings_it_back(c
         assert time.monotonic() < deadline, "the killed replica did not come back within 300 s"
         seen.add(replica_of(cluster, f"restart-{time.monotonic()}"))
     assert victim not in seen
+    # ... and the discovery files list the live replicas only: the new one removed the victim's file.
+    assert victim not in sd_targets(sd_dir) and len(sd_targets(sd_dir)) == 2

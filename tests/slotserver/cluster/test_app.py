@@ -39,6 +39,9 @@ def test_the_command_takes_its_own_flags_and_passes_the_rest_to_every_replica():
     own, rest = parse(["--replicas", "3", "--port", "9000", "-c", "4096", "-np", "2", "--spec-type", "suffix"])
     assert (own.replicas, own.port, own.host, own.ray_address) == (3, 9000, "127.0.0.1", "local")
     assert rest == ["-c", "4096", "-np", "2", "--spec-type", "suffix"]
+    # a server flag that starts like one of ours stays the server's (no abbreviations)
+    own, rest = parse(["--metrics", "--metrics-sd-dir", "/tmp/sd", "--max", "4"])
+    assert own.metrics_sd_dir == "/tmp/sd" and own.max_replicas is None and rest == ["--metrics", "--max", "4"]
     with pytest.raises(SystemExit):
         parse(["--replicas", "0"])
     with pytest.raises(SystemExit):
