@@ -6,34 +6,19 @@ import json
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from benchmarks.bench.run import load_workloads
-from slotserver.api.app import create_app
 from slotserver.api.state import STATE
-from slotserver.flags.command_line import build_parser, config_from_args
+from slotserver.cluster.replica import LocalServer
 from tests.integration.ties import TIE_PROBS
 
 
-class LiveServer:
-    """A real slotserver on a loopback port, with an HTTP client session."""
-
-    def __init__(self, argv: list[str]) -> None:
-        self.argv = argv
-        self.fatal: list[str] = []  # reasons the app reported through on_fatal
+class LiveServer(LocalServer):
+    """A real slotserver on a loopback port (``LocalServer``), with an HTTP client session."""
 
     async def start(self) -> "LiveServer":
-        config = config_from_args(build_parser().parse_args(self.argv + ["--port", "0"]))
-        self.app = create_app(config, on_fatal=self.fatal.append)
-        self.runner = web.AppRunner(self.app, handler_cancellation=True)
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
+        await super().start()
         self.http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600))
-        await self.state.loaded.wait()
-        assert self.state.runner is not None, self.state.load_error
         return self
 
     @property
@@ -42,7 +27,7 @@ class LiveServer:
 
     async def stop(self) -> None:
         await self.http.close()
-        await self.runner.cleanup()
+        await super().stop()
 
     async def post(self, path: str, body) -> tuple[int, dict]:
         data = body if isinstance(body, (bytes, str)) else json.dumps(body)

@@ -41,7 +41,9 @@ HOP_HEADERS = frozenset({"connection", "keep-alive", "proxy-authenticate", "prox
 
 
 class LocalServer:
-    """A slotserver on a loopback port of this process, started from the command line's flags."""
+    """A slotserver on a loopback port of this process, started from the command line's flags (also
+    the test suite's server, ``tests/conftest.py``). ``fatal``: the reasons the engine reported through
+    ``on_fatal``."""
 
     def __init__(self, argv: list[str]) -> None:
         self.argv = argv
@@ -54,7 +56,8 @@ class LocalServer:
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
         await site.start()
-        self.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+        self.port = site._server.sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
         await self.app[STATE].loaded.wait()
         if self.app[STATE].runner is None:
             raise RuntimeError(self.app[STATE].load_error or "the model did not load")
